@@ -1,0 +1,1762 @@
+/*
+ * fake_nvml.c - a test double for NVIDIA's NVML (libnvidia-ml.so.1).
+ *
+ * GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+ *
+ * The real Python binding (nvidia-ml-py, module pynvml) loads this library
+ * with ctypes exactly as it loads the vendor library. Every answer comes from
+ * a JSON fixture named by $FAKE_NVML_FIXTURE (default
+ * /etc/fake-nvml/fixture.json), read on the first successful nvmlInit*.
+ * The fixture schema is documented in README.md next to this file.
+ *
+ * Rules:
+ *   - fixture missing/unreadable  -> nvmlInit* returns NVML_ERROR_DRIVER_NOT_LOADED
+ *   - fixture is not valid JSON   -> nvmlInit* returns NVML_ERROR_UNKNOWN
+ *                                    (and a diagnostic is printed on stderr)
+ *   - "init_error" set            -> nvmlInit* returns that error
+ *   - value absent or null        -> NVML_ERROR_NOT_SUPPORTED
+ *   - value of the wrong type     -> NVML_ERROR_UNKNOWN (+ stderr diagnostic)
+ *   - "errors" map entry          -> that error is returned instead
+ *
+ * Self-contained on purpose (libc only) so it builds anywhere with:
+ *   gcc -shared -fPIC -O2 -Wall -Wextra -Werror -o libnvidia-ml.so.1 fake_nvml.c
+ */
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define DEFAULT_FIXTURE "/etc/fake-nvml/fixture.json"
+#define MAX_DEVICES 64
+
+/* ------------------------------------------------------------------ */
+/* NVML types and constants (values as in nvml.h / pynvml)             */
+/* ------------------------------------------------------------------ */
+
+typedef int nvmlReturn_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_UNKNOWN 999
+
+struct fake_device {
+    const struct jv *json;
+    unsigned int index;
+};
+typedef struct fake_device *nvmlDevice_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    unsigned int baseClass;
+    unsigned int subClass;
+    char busId[32];
+} nvmlPciInfoExt_t;
+#define NVML_STRUCT_VERSION(size, ver) ((unsigned int)(size) | ((unsigned int)(ver) << 24U))
+#define nvmlPciInfoExt_v1 NVML_STRUCT_VERSION(sizeof(nvmlPciInfoExt_t), 1)
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+#define nvmlMemory_v2 NVML_STRUCT_VERSION(sizeof(nvmlMemory_v2_t), 2)
+
+typedef struct {
+    unsigned long long bar1Total;
+    unsigned long long bar1Free;
+    unsigned long long bar1Used;
+} nvmlBAR1Memory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int sensorType;
+    int temperature;
+} nvmlTemperature_t;
+#define nvmlTemperature_v1 NVML_STRUCT_VERSION(sizeof(nvmlTemperature_t), 1)
+
+/* The struct versions must match what pynvml sends (see pynvml.py). */
+_Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
+_Static_assert(nvmlPciInfoExt_v1 == 0x1000040, "nvmlPciInfoExt_v1");
+_Static_assert(nvmlMemory_v2 == 0x02000028, "nvmlMemory_v2");
+_Static_assert(nvmlTemperature_v1 == 0x100000C, "nvmlTemperature_v1");
+
+struct named_value {
+    const char *name;
+    long long value;
+};
+
+static const struct named_value error_names[] = {
+    {"NVML_SUCCESS", 0},
+    {"NVML_ERROR_UNINITIALIZED", 1},
+    {"NVML_ERROR_INVALID_ARGUMENT", 2},
+    {"NVML_ERROR_NOT_SUPPORTED", 3},
+    {"NVML_ERROR_NO_PERMISSION", 4},
+    {"NVML_ERROR_ALREADY_INITIALIZED", 5},
+    {"NVML_ERROR_NOT_FOUND", 6},
+    {"NVML_ERROR_INSUFFICIENT_SIZE", 7},
+    {"NVML_ERROR_INSUFFICIENT_POWER", 8},
+    {"NVML_ERROR_DRIVER_NOT_LOADED", 9},
+    {"NVML_ERROR_TIMEOUT", 10},
+    {"NVML_ERROR_IRQ_ISSUE", 11},
+    {"NVML_ERROR_LIBRARY_NOT_FOUND", 12},
+    {"NVML_ERROR_FUNCTION_NOT_FOUND", 13},
+    {"NVML_ERROR_CORRUPTED_INFOROM", 14},
+    {"NVML_ERROR_GPU_IS_LOST", 15},
+    {"NVML_ERROR_RESET_REQUIRED", 16},
+    {"NVML_ERROR_OPERATING_SYSTEM", 17},
+    {"NVML_ERROR_LIB_RM_VERSION_MISMATCH", 18},
+    {"NVML_ERROR_IN_USE", 19},
+    {"NVML_ERROR_MEMORY", 20},
+    {"NVML_ERROR_NO_DATA", 21},
+    {"NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", 22},
+    {"NVML_ERROR_INSUFFICIENT_RESOURCES", 23},
+    {"NVML_ERROR_FREQ_NOT_SUPPORTED", 24},
+    {"NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25},
+    {"NVML_ERROR_DEPRECATED", 26},
+    {"NVML_ERROR_NOT_READY", 27},
+    {"NVML_ERROR_GPU_NOT_FOUND", 28},
+    {"NVML_ERROR_INVALID_STATE", 29},
+    {"NVML_ERROR_RESET_TYPE_NOT_SUPPORTED", 30},
+    {"NVML_ERROR_UNKNOWN", 999},
+    {NULL, 0},
+};
+
+static const struct named_value topology_names[] = {
+    {"internal", 0}, {"single", 10}, {"multiple", 20}, {"hostbridge", 30},
+    {"node", 40}, {"cpu", 40}, {"system", 50}, {NULL, 0},
+};
+
+static const struct named_value p2p_status_names[] = {
+    {"ok", 0}, {"chipset_not_supported", 1}, {"gpu_not_supported", 2},
+    {"iohtopology_not_supported", 3}, {"ioh_topology_not_supported", 3},
+    {"disabled_by_regkey", 4}, {"not_supported", 5}, {"unknown", 6}, {NULL, 0},
+};
+
+static const struct named_value compute_mode_names[] = {
+    {"default", 0}, {"exclusive_thread", 1}, {"prohibited", 2},
+    {"exclusive_process", 3}, {NULL, 0},
+};
+
+static const struct named_value architecture_names[] = {
+    {"kepler", 2}, {"maxwell", 3}, {"pascal", 4}, {"volta", 5}, {"turing", 6},
+    {"ampere", 7}, {"ada", 8}, {"hopper", 9}, {"blackwell", 10}, {"rubin", 13},
+    {"unknown", 0xffffffffLL}, {NULL, 0},
+};
+
+static const struct named_value enable_state_names[] = {
+    {"disabled", 0}, {"enabled", 1}, {NULL, 0},
+};
+
+/* ------------------------------------------------------------------ */
+/* Diagnostics                                                         */
+/* ------------------------------------------------------------------ */
+
+static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void diag(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("fake_nvml: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* ------------------------------------------------------------------ */
+/* A small JSON parser (RFC 8259, UTF-8 in, UTF-8 out)                 */
+/* ------------------------------------------------------------------ */
+
+enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+
+struct jv {
+    enum jtype type;
+    int boolean;
+    double num;
+    int is_int;           /* number written without fraction/exponent */
+    long long inum;       /* exact value when is_int */
+    int neg;
+    unsigned long long unum; /* exact magnitude when is_int */
+    char *str;
+    size_t n;             /* array/object length */
+    struct jv **items;    /* array items or object values */
+    char **keys;          /* object keys */
+};
+
+struct jparser {
+    const char *p;
+    const char *start;
+    const char *end;
+    char err[160];
+};
+
+static void jfree(struct jv *v)
+{
+    size_t i;
+    if (!v)
+        return;
+    free(v->str);
+    for (i = 0; i < v->n; i++) {
+        jfree(v->items[i]);
+        if (v->keys)
+            free(v->keys[i]);
+    }
+    free(v->items);
+    free(v->keys);
+    free(v);
+}
+
+static void jerror(struct jparser *ps, const char *msg)
+{
+    int line = 1, col = 1;
+    const char *q;
+    if (ps->err[0])
+        return;
+    for (q = ps->start; q < ps->p && q < ps->end; q++) {
+        if (*q == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    snprintf(ps->err, sizeof(ps->err), "%s at line %d column %d", msg, line, col);
+}
+
+static void jskip_ws(struct jparser *ps)
+{
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+        ps->p++;
+}
+
+static struct jv *jnew(enum jtype t)
+{
+    struct jv *v = calloc(1, sizeof(*v));
+    if (v)
+        v->type = t;
+    return v;
+}
+
+static int jappend(struct jv *v, char *key, struct jv *item)
+{
+    struct jv **items = realloc(v->items, (v->n + 1) * sizeof(*items));
+    if (!items)
+        return -1;
+    v->items = items;
+    if (v->type == J_OBJ) {
+        char **keys = realloc(v->keys, (v->n + 1) * sizeof(*keys));
+        if (!keys)
+            return -1;
+        v->keys = keys;
+        v->keys[v->n] = key;
+    }
+    v->items[v->n++] = item;
+    return 0;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int jparse_hex4(struct jparser *ps, unsigned int *out)
+{
+    int i;
+    unsigned int v = 0;
+    if (ps->end - ps->p < 4) {
+        jerror(ps, "truncated \\u escape");
+        return -1;
+    }
+    for (i = 0; i < 4; i++) {
+        int h = hexval(ps->p[i]);
+        if (h < 0) {
+            jerror(ps, "bad \\u escape");
+            return -1;
+        }
+        v = (v << 4) | (unsigned int)h;
+    }
+    ps->p += 4;
+    *out = v;
+    return 0;
+}
+
+static size_t utf8_encode(unsigned int cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Parses a string starting at the opening quote; returns a malloc'd copy. */
+static char *jparse_string_raw(struct jparser *ps)
+{
+    size_t cap = 32, len = 0;
+    char *buf;
+    ps->p++; /* opening quote */
+    buf = malloc(cap);
+    if (!buf) {
+        jerror(ps, "out of memory");
+        return NULL;
+    }
+    for (;;) {
+        char c;
+        char tmp[4];
+        size_t tlen = 0;
+        if (ps->p >= ps->end) {
+            jerror(ps, "unterminated string");
+            free(buf);
+            return NULL;
+        }
+        c = *ps->p++;
+        if (c == '"')
+            break;
+        if ((unsigned char)c < 0x20) {
+            ps->p--;
+            jerror(ps, "control character in string");
+            free(buf);
+            return NULL;
+        }
+        if (c != '\\') {
+            tmp[0] = c;
+            tlen = 1;
+        } else {
+            if (ps->p >= ps->end) {
+                jerror(ps, "unterminated escape");
+                free(buf);
+                return NULL;
+            }
+            c = *ps->p++;
+            switch (c) {
+            case '"': tmp[0] = '"'; tlen = 1; break;
+            case '\\': tmp[0] = '\\'; tlen = 1; break;
+            case '/': tmp[0] = '/'; tlen = 1; break;
+            case 'b': tmp[0] = '\b'; tlen = 1; break;
+            case 'f': tmp[0] = '\f'; tlen = 1; break;
+            case 'n': tmp[0] = '\n'; tlen = 1; break;
+            case 'r': tmp[0] = '\r'; tlen = 1; break;
+            case 't': tmp[0] = '\t'; tlen = 1; break;
+            case 'u': {
+                unsigned int cp, lo;
+                if (jparse_hex4(ps, &cp) < 0) {
+                    free(buf);
+                    return NULL;
+                }
+                if (cp >= 0xD800 && cp <= 0xDBFF && ps->end - ps->p >= 6 &&
+                    ps->p[0] == '\\' && ps->p[1] == 'u') {
+                    ps->p += 2;
+                    if (jparse_hex4(ps, &lo) < 0) {
+                        free(buf);
+                        return NULL;
+                    }
+                    if (lo >= 0xDC00 && lo <= 0xDFFF)
+                        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    else
+                        cp = 0xFFFD;
+                } else if (cp >= 0xD800 && cp <= 0xDFFF) {
+                    cp = 0xFFFD;
+                }
+                tlen = utf8_encode(cp, tmp);
+                break;
+            }
+            default:
+                ps->p--;
+                jerror(ps, "bad escape in string");
+                free(buf);
+                return NULL;
+            }
+        }
+        if (len + tlen + 1 > cap) {
+            char *nb;
+            cap = cap * 2 + tlen;
+            nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                jerror(ps, "out of memory");
+                return NULL;
+            }
+            buf = nb;
+        }
+        memcpy(buf + len, tmp, tlen);
+        len += tlen;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+static struct jv *jparse_value(struct jparser *ps, int depth);
+
+static struct jv *jparse_number(struct jparser *ps)
+{
+    const char *s = ps->p;
+    const char *q = s;
+    int is_int = 1;
+    char tmp[64];
+    size_t len;
+    struct jv *v;
+
+    if (q < ps->end && *q == '-')
+        q++;
+    if (q >= ps->end || !isdigit((unsigned char)*q)) {
+        jerror(ps, "bad number");
+        return NULL;
+    }
+    if (*q == '0' && q + 1 < ps->end && isdigit((unsigned char)q[1])) {
+        jerror(ps, "leading zero in number");
+        return NULL;
+    }
+    while (q < ps->end && isdigit((unsigned char)*q))
+        q++;
+    if (q < ps->end && *q == '.') {
+        is_int = 0;
+        q++;
+        if (q >= ps->end || !isdigit((unsigned char)*q)) {
+            jerror(ps, "bad fraction");
+            return NULL;
+        }
+        while (q < ps->end && isdigit((unsigned char)*q))
+            q++;
+    }
+    if (q < ps->end && (*q == 'e' || *q == 'E')) {
+        is_int = 0;
+        q++;
+        if (q < ps->end && (*q == '+' || *q == '-'))
+            q++;
+        if (q >= ps->end || !isdigit((unsigned char)*q)) {
+            jerror(ps, "bad exponent");
+            return NULL;
+        }
+        while (q < ps->end && isdigit((unsigned char)*q))
+            q++;
+    }
+    len = (size_t)(q - s);
+    if (len >= sizeof(tmp)) {
+        jerror(ps, "number too long");
+        return NULL;
+    }
+    memcpy(tmp, s, len);
+    tmp[len] = '\0';
+    v = jnew(J_NUM);
+    if (!v) {
+        jerror(ps, "out of memory");
+        return NULL;
+    }
+    v->num = strtod(tmp, NULL);
+    if (is_int) {
+        const char *digits = tmp[0] == '-' ? tmp + 1 : tmp;
+        errno = 0;
+        v->unum = strtoull(digits, NULL, 10);
+        if (errno == ERANGE) {
+            is_int = 0;
+        } else {
+            v->neg = tmp[0] == '-';
+            v->inum = v->neg ? -(long long)v->unum : (long long)v->unum;
+        }
+    }
+    v->is_int = is_int;
+    ps->p = q;
+    return v;
+}
+
+static int jmatch(struct jparser *ps, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(ps->end - ps->p) >= n && memcmp(ps->p, word, n) == 0) {
+        ps->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+static struct jv *jparse_value(struct jparser *ps, int depth)
+{
+    struct jv *v;
+    if (depth > 64) {
+        jerror(ps, "nesting too deep");
+        return NULL;
+    }
+    jskip_ws(ps);
+    if (ps->p >= ps->end) {
+        jerror(ps, "unexpected end of input");
+        return NULL;
+    }
+    switch (*ps->p) {
+    case '{':
+        v = jnew(J_OBJ);
+        if (!v) {
+            jerror(ps, "out of memory");
+            return NULL;
+        }
+        ps->p++;
+        jskip_ws(ps);
+        if (ps->p < ps->end && *ps->p == '}') {
+            ps->p++;
+            return v;
+        }
+        for (;;) {
+            char *key;
+            struct jv *item;
+            jskip_ws(ps);
+            if (ps->p >= ps->end || *ps->p != '"') {
+                jerror(ps, "expected object key");
+                jfree(v);
+                return NULL;
+            }
+            key = jparse_string_raw(ps);
+            if (!key) {
+                jfree(v);
+                return NULL;
+            }
+            jskip_ws(ps);
+            if (ps->p >= ps->end || *ps->p != ':') {
+                jerror(ps, "expected ':'");
+                free(key);
+                jfree(v);
+                return NULL;
+            }
+            ps->p++;
+            item = jparse_value(ps, depth + 1);
+            if (!item || jappend(v, key, item) < 0) {
+                jerror(ps, "out of memory");
+                free(key);
+                jfree(item);
+                jfree(v);
+                return NULL;
+            }
+            jskip_ws(ps);
+            if (ps->p < ps->end && *ps->p == ',') {
+                ps->p++;
+                continue;
+            }
+            if (ps->p < ps->end && *ps->p == '}') {
+                ps->p++;
+                return v;
+            }
+            jerror(ps, "expected ',' or '}'");
+            jfree(v);
+            return NULL;
+        }
+    case '[':
+        v = jnew(J_ARR);
+        if (!v) {
+            jerror(ps, "out of memory");
+            return NULL;
+        }
+        ps->p++;
+        jskip_ws(ps);
+        if (ps->p < ps->end && *ps->p == ']') {
+            ps->p++;
+            return v;
+        }
+        for (;;) {
+            struct jv *item = jparse_value(ps, depth + 1);
+            if (!item || jappend(v, NULL, item) < 0) {
+                jerror(ps, "out of memory");
+                jfree(item);
+                jfree(v);
+                return NULL;
+            }
+            jskip_ws(ps);
+            if (ps->p < ps->end && *ps->p == ',') {
+                ps->p++;
+                continue;
+            }
+            if (ps->p < ps->end && *ps->p == ']') {
+                ps->p++;
+                return v;
+            }
+            jerror(ps, "expected ',' or ']'");
+            jfree(v);
+            return NULL;
+        }
+    case '"': {
+        char *s = jparse_string_raw(ps);
+        if (!s)
+            return NULL;
+        v = jnew(J_STR);
+        if (!v) {
+            free(s);
+            jerror(ps, "out of memory");
+            return NULL;
+        }
+        v->str = s;
+        return v;
+    }
+    default:
+        if (jmatch(ps, "true")) {
+            v = jnew(J_BOOL);
+            if (v)
+                v->boolean = 1;
+            return v;
+        }
+        if (jmatch(ps, "false"))
+            return jnew(J_BOOL);
+        if (jmatch(ps, "null"))
+            return jnew(J_NULL);
+        if (*ps->p == '-' || isdigit((unsigned char)*ps->p))
+            return jparse_number(ps);
+        jerror(ps, "unexpected character");
+        return NULL;
+    }
+}
+
+static struct jv *jparse_document(const char *text, size_t len, char *err, size_t errlen)
+{
+    struct jparser ps;
+    struct jv *v;
+    memset(&ps, 0, sizeof(ps));
+    ps.p = ps.start = text;
+    ps.end = text + len;
+    /* tolerate a UTF-8 byte order mark */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        ps.p += 3;
+    v = jparse_value(&ps, 0);
+    if (v) {
+        jskip_ws(&ps);
+        if (ps.p != ps.end) {
+            jerror(&ps, "trailing data after JSON value");
+            jfree(v);
+            v = NULL;
+        }
+    }
+    if (!v)
+        snprintf(err, errlen, "%s", ps.err[0] ? ps.err : "parse error");
+    return v;
+}
+
+/* Object member lookup; JSON null counts as absent. */
+static const struct jv *jget(const struct jv *obj, const char *key)
+{
+    size_t i;
+    if (!obj || obj->type != J_OBJ)
+        return NULL;
+    for (i = obj->n; i > 0; i--) { /* last duplicate wins, like Python */
+        if (strcmp(obj->keys[i - 1], key) == 0) {
+            const struct jv *v = obj->items[i - 1];
+            return v->type == J_NULL ? NULL : v;
+        }
+    }
+    return NULL;
+}
+
+/* Dotted path lookup: "power.usage_mw". */
+static const struct jv *jpath(const struct jv *obj, const char *path)
+{
+    char part[64];
+    const char *dot;
+    while (obj && (dot = strchr(path, '.')) != NULL) {
+        size_t n = (size_t)(dot - path);
+        if (n >= sizeof(part))
+            return NULL;
+        memcpy(part, path, n);
+        part[n] = '\0';
+        obj = jget(obj, part);
+        path = dot + 1;
+    }
+    return jget(obj, path);
+}
+
+/* ------------------------------------------------------------------ */
+/* Fixture state                                                       */
+/* ------------------------------------------------------------------ */
+
+static struct jv *g_root;
+static unsigned int g_refcount;
+static unsigned int g_ndev;
+static struct fake_device g_dev[MAX_DEVICES];
+static char g_fixture_path[4096];
+
+static int lookup_name(const struct named_value *table, const char *s, long long *out)
+{
+    for (; table->name; table++) {
+        if (strcasecmp(table->name, s) == 0) {
+            *out = table->value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Integer from a JSON number, a boolean, a numeric string ("0x2BB110DE"),
+ * or (when table is given) a symbolic name. Returns 1 on success.
+ */
+static int jv_to_ll(const struct jv *v, const struct named_value *table, long long *out)
+{
+    if (!v)
+        return 0;
+    switch (v->type) {
+    case J_NUM:
+        if (v->is_int) {
+            *out = v->inum;
+            return 1;
+        }
+        if (v->num == (double)(long long)v->num) {
+            *out = (long long)v->num;
+            return 1;
+        }
+        return 0;
+    case J_BOOL:
+        *out = v->boolean;
+        return 1;
+    case J_STR: {
+        char *endp;
+        if (table && lookup_name(table, v->str, out))
+            return 1;
+        if (table == error_names) {
+            /* allow the short form: "NOT_SUPPORTED" */
+            char buf[96];
+            snprintf(buf, sizeof(buf), "NVML_ERROR_%s", v->str);
+            if (lookup_name(table, buf, out))
+                return 1;
+        }
+        if (!v->str[0])
+            return 0;
+        errno = 0;
+        *out = strtoll(v->str, &endp, 0);
+        if (errno == ERANGE) {
+            unsigned long long u;
+            errno = 0;
+            u = strtoull(v->str, &endp, 0);
+            if (errno)
+                return 0;
+            *out = (long long)u;
+        }
+        return *endp == '\0';
+    }
+    default:
+        return 0;
+    }
+}
+
+static int jv_to_u64(const struct jv *v, unsigned long long *out)
+{
+    if (v && v->type == J_NUM && v->is_int && !v->neg) {
+        *out = v->unum;
+        return 1;
+    }
+    if (v && v->type == J_STR && v->str[0] && v->str[0] != '-') {
+        char *endp;
+        errno = 0;
+        *out = strtoull(v->str, &endp, 0);
+        return errno == 0 && *endp == '\0';
+    }
+    {
+        long long ll;
+        if (jv_to_ll(v, NULL, &ll) && ll >= 0) {
+            *out = (unsigned long long)ll;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void free_fixture(void)
+{
+    jfree(g_root);
+    g_root = NULL;
+    g_ndev = 0;
+    memset(g_dev, 0, sizeof(g_dev));
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    if (!f)
+        return NULL;
+    for (;;) {
+        size_t got;
+        if (n + 4096 + 1 > cap) {
+            char *nb;
+            cap = cap ? cap * 2 : 16384;
+            nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static nvmlReturn_t load_fixture(void)
+{
+    const char *path = getenv("FAKE_NVML_FIXTURE");
+    char *text;
+    size_t len = 0;
+    char err[200];
+    const struct jv *devs, *init_error;
+    long long code;
+    size_t i;
+
+    if (!path || !*path)
+        path = DEFAULT_FIXTURE;
+    snprintf(g_fixture_path, sizeof(g_fixture_path), "%s", path);
+    text = read_file(path, &len);
+    if (!text) {
+        if (getenv("FAKE_NVML_DEBUG"))
+            diag("cannot read fixture %s: %s", path, strerror(errno));
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    g_root = jparse_document(text, len, err, sizeof(err));
+    free(text);
+    if (!g_root) {
+        diag("invalid JSON in fixture %s: %s", path, err);
+        return NVML_ERROR_UNKNOWN;
+    }
+    if (g_root->type != J_OBJ) {
+        diag("fixture %s: top level must be a JSON object", path);
+        free_fixture();
+        return NVML_ERROR_UNKNOWN;
+    }
+    init_error = jget(g_root, "init_error");
+    if (init_error) {
+        if (!jv_to_ll(init_error, error_names, &code)) {
+            diag("fixture %s: init_error is not an NVML error name or number", path);
+            free_fixture();
+            return NVML_ERROR_UNKNOWN;
+        }
+        if (code != NVML_SUCCESS) {
+            free_fixture();
+            return (nvmlReturn_t)code;
+        }
+    }
+    devs = jget(g_root, "devices");
+    if (devs && devs->type != J_ARR) {
+        diag("fixture %s: devices must be a list", path);
+        free_fixture();
+        return NVML_ERROR_UNKNOWN;
+    }
+    if (devs) {
+        if (devs->n > MAX_DEVICES) {
+            diag("fixture %s: more than %d devices", path, MAX_DEVICES);
+            free_fixture();
+            return NVML_ERROR_UNKNOWN;
+        }
+        for (i = 0; i < devs->n; i++) {
+            if (devs->items[i]->type != J_OBJ) {
+                diag("fixture %s: devices[%zu] must be an object", path, i);
+                free_fixture();
+                return NVML_ERROR_UNKNOWN;
+            }
+            g_dev[i].json = devs->items[i];
+            g_dev[i].index = (unsigned int)i;
+        }
+        g_ndev = (unsigned int)devs->n;
+    }
+    return NVML_SUCCESS;
+}
+
+/* A forced error from an "errors" map, looking up each name in turn. */
+static nvmlReturn_t forced_error(const struct jv *errors, const char *sym, const char *base)
+{
+    const struct jv *e;
+    long long code;
+    if (!errors)
+        return NVML_SUCCESS;
+    e = jget(errors, sym);
+    if (!e && base)
+        e = jget(errors, base);
+    if (!e)
+        return NVML_SUCCESS;
+    if (!jv_to_ll(e, error_names, &code)) {
+        diag("fixture %s: errors.%s is not an NVML error name or number", g_fixture_path, sym);
+        return NVML_ERROR_UNKNOWN;
+    }
+    return (nvmlReturn_t)code;
+}
+
+static int valid_device(nvmlDevice_t d)
+{
+    uintptr_t p = (uintptr_t)d, b = (uintptr_t)&g_dev[0];
+    if (!d || p < b || p >= (uintptr_t)&g_dev[g_ndev])
+        return 0;
+    return (p - b) % sizeof(g_dev[0]) == 0;
+}
+
+static nvmlReturn_t system_check(const char *sym, const char *base)
+{
+    if (g_refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    return forced_error(jget(g_root, "errors"), sym, base);
+}
+
+static nvmlReturn_t device_check(nvmlDevice_t d, const char *sym, const char *base)
+{
+    nvmlReturn_t r;
+    if (g_refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!valid_device(d))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = forced_error(jget(d->json, "errors"), sym, base);
+    if (r != NVML_SUCCESS)
+        return r;
+    return forced_error(jget(g_root, "errors"), sym, base);
+}
+
+#define SYSTEM_CHECK(sym, base)                     \
+    do {                                            \
+        nvmlReturn_t check_r_ = system_check(sym, base); \
+        if (check_r_ != NVML_SUCCESS)               \
+            return check_r_;                        \
+    } while (0)
+
+#define DEVICE_CHECK(dev, sym, base)                \
+    do {                                            \
+        nvmlReturn_t check_r_ = device_check(dev, sym, base); \
+        if (check_r_ != NVML_SUCCESS)               \
+            return check_r_;                        \
+    } while (0)
+
+static nvmlReturn_t bad_type(const struct jv *scope, const char *path)
+{
+    (void)scope;
+    diag("fixture %s: '%s' has the wrong type", g_fixture_path, path);
+    return NVML_ERROR_UNKNOWN;
+}
+
+static nvmlReturn_t get_u64(const struct jv *scope, const char *path, unsigned long long *out)
+{
+    const struct jv *v = jpath(scope, path);
+    if (!v)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (!jv_to_u64(v, out))
+        return bad_type(scope, path);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t get_named(const struct jv *scope, const char *path,
+                              const struct named_value *table, long long *out)
+{
+    const struct jv *v = jpath(scope, path);
+    if (!v)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (!jv_to_ll(v, table, out))
+        return bad_type(scope, path);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t get_uint(const struct jv *scope, const char *path, unsigned int *out)
+{
+    unsigned long long v = 0;
+    nvmlReturn_t r;
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = get_u64(scope, path, &v);
+    if (r == NVML_SUCCESS) {
+        if (v > 0xffffffffULL)
+            return bad_type(scope, path);
+        *out = (unsigned int)v;
+    }
+    return r;
+}
+
+static nvmlReturn_t get_enum(const struct jv *scope, const char *path,
+                             const struct named_value *table, unsigned int *out)
+{
+    long long v = 0;
+    nvmlReturn_t r;
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = get_named(scope, path, table, &v);
+    if (r == NVML_SUCCESS)
+        *out = (unsigned int)v;
+    return r;
+}
+
+static nvmlReturn_t copy_string(const struct jv *scope, const char *path, char *buf, unsigned int length)
+{
+    const struct jv *v = jpath(scope, path);
+    size_t n;
+    if (!buf)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!v)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (v->type != J_STR)
+        return bad_type(scope, path);
+    n = strlen(v->str);
+    if ((size_t)length < n + 1)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, v->str, n + 1);
+    return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Initialisation                                                      */
+/* ------------------------------------------------------------------ */
+
+static nvmlReturn_t do_init(void)
+{
+    nvmlReturn_t r;
+    if (g_refcount > 0) {
+        g_refcount++;
+        return NVML_SUCCESS;
+    }
+    r = load_fixture();
+    if (r != NVML_SUCCESS) {
+        free_fixture();
+        return r;
+    }
+    g_refcount = 1;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlInit(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInit_v2(void) { return do_init(); }
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    return do_init();
+}
+
+EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    if (g_refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (--g_refcount == 0)
+        free_fixture();
+    return NVML_SUCCESS;
+}
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+    switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 5: return "Already Initialized";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 8: return "Insufficient External Power";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 11: return "Interrupt request issue";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 14: return "Corrupted infoROM";
+    case 15: return "GPU is lost";
+    case 16: return "GPU requires restart";
+    case 17: return "The operating system has blocked the request.";
+    case 18: return "RM has detected an NVML/RM version mismatch.";
+    case 19: return "In use by another client";
+    case 20: return "Insufficient Memory";
+    case 21: return "No data";
+    case 22: return "The requested vgpu operation is not available on target device, because ECC is enabled";
+    case 23: return "Insufficient resources";
+    case 24: return "Frequency not supported";
+    case 25: return "Argument version mismatch";
+    case 26: return "Deprecated";
+    case 27: return "Not ready";
+    case 28: return "GPU not found";
+    case 29: return "Invalid state";
+    case 30: return "Reset type not supported";
+    default: return "Unknown Error";
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* System queries                                                      */
+/* ------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    SYSTEM_CHECK("nvmlSystemGetDriverVersion", NULL);
+    return copy_string(g_root, "driver_version", version, length);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    SYSTEM_CHECK("nvmlSystemGetNVMLVersion", NULL);
+    return copy_string(g_root, "nvml_version", version, length);
+}
+
+static nvmlReturn_t cuda_driver_version(int *v)
+{
+    const struct jv *j = jget(g_root, "cuda_driver_version");
+    long long ll;
+    unsigned int major, minor;
+    if (!v)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!j)
+        return NVML_ERROR_NOT_SUPPORTED;
+    /* "13.0" is accepted as well as 13000 */
+    if (j->type == J_STR && sscanf(j->str, "%u.%u", &major, &minor) == 2 && strchr(j->str, '.')) {
+        *v = (int)(major * 1000 + minor * 10);
+        return NVML_SUCCESS;
+    }
+    if (!jv_to_ll(j, NULL, &ll))
+        return bad_type(g_root, "cuda_driver_version");
+    *v = (int)ll;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    SYSTEM_CHECK("nvmlSystemGetCudaDriverVersion", NULL);
+    return cuda_driver_version(cudaDriverVersion);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    SYSTEM_CHECK("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion");
+    return cuda_driver_version(cudaDriverVersion);
+}
+
+/* ------------------------------------------------------------------ */
+/* Enumeration                                                         */
+/* ------------------------------------------------------------------ */
+
+static nvmlReturn_t device_count(const char *sym, unsigned int *count)
+{
+    SYSTEM_CHECK(sym, "nvmlDeviceGetCount");
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = g_ndev;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
+{
+    return device_count("nvmlDeviceGetCount", deviceCount);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    return device_count("nvmlDeviceGetCount_v2", deviceCount);
+}
+
+static nvmlReturn_t handle_by_index(const char *sym, unsigned int index, nvmlDevice_t *device)
+{
+    SYSTEM_CHECK(sym, "nvmlDeviceGetHandleByIndex");
+    if (!device || index >= g_ndev)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    {
+        nvmlReturn_t r = forced_error(jget(g_dev[index].json, "errors"), sym, "nvmlDeviceGetHandleByIndex");
+        if (r != NVML_SUCCESS)
+            return r;
+    }
+    *device = &g_dev[index];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    return handle_by_index("nvmlDeviceGetHandleByIndex", index, device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    return handle_by_index("nvmlDeviceGetHandleByIndex_v2", index, device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetIndex", NULL);
+    if (!index)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *index = device->index;
+    return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Identity                                                            */
+/* ------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetName", NULL);
+    return copy_string(device->json, "name", name, length);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetUUID", NULL);
+    return copy_string(device->json, "uuid", uuid, length);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetSerial", NULL);
+    return copy_string(device->json, "serial", serial, length);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetArchitecture", NULL);
+    return get_enum(device->json, "architecture", architecture_names, arch);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    const struct jv *cc;
+    long long ma, mi;
+    DEVICE_CHECK(device, "nvmlDeviceGetCudaComputeCapability", NULL);
+    if (!major || !minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    cc = jget(device->json, "cuda_compute_capability");
+    if (!cc)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (cc->type == J_ARR && cc->n == 2 && jv_to_ll(cc->items[0], NULL, &ma) && jv_to_ll(cc->items[1], NULL, &mi)) {
+        *major = (int)ma;
+        *minor = (int)mi;
+        return NVML_SUCCESS;
+    }
+    if (cc->type == J_STR && sscanf(cc->str, "%lld.%lld", &ma, &mi) == 2) {
+        *major = (int)ma;
+        *minor = (int)mi;
+        return NVML_SUCCESS;
+    }
+    return bad_type(device->json, "cuda_compute_capability");
+}
+
+/* ------------------------------------------------------------------ */
+/* PCI                                                                 */
+/* ------------------------------------------------------------------ */
+
+struct pci_values {
+    unsigned int domain, bus, device, function, device_id, subsystem_id, base_class, sub_class;
+};
+
+static nvmlReturn_t pci_values(nvmlDevice_t device, struct pci_values *pv)
+{
+    const struct jv *pci = jget(device->json, "pci");
+    const struct jv *bus_id;
+    nvmlReturn_t r;
+    unsigned int tmp;
+    memset(pv, 0, sizeof(*pv));
+    if (!pci)
+        return NVML_ERROR_NOT_SUPPORTED;
+    bus_id = jget(pci, "bus_id");
+    if (bus_id) {
+        if (bus_id->type != J_STR ||
+            sscanf(bus_id->str, "%x:%x:%x.%x", &pv->domain, &pv->bus, &pv->device, &pv->function) != 4)
+            return bad_type(device->json, "pci.bus_id");
+    } else if (!jget(pci, "bus")) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    /* explicit numbers override what bus_id said */
+#define PCI_FIELD(key, member)                                      \
+    r = get_uint(pci, key, &tmp);                                   \
+    if (r == NVML_SUCCESS)                                          \
+        pv->member = tmp;                                           \
+    else if (r != NVML_ERROR_NOT_SUPPORTED)                         \
+        return r;
+    PCI_FIELD("domain", domain)
+    PCI_FIELD("bus", bus)
+    PCI_FIELD("device", device)
+    PCI_FIELD("pci_device_id", device_id)
+    PCI_FIELD("pci_subsystem_id", subsystem_id)
+    pv->base_class = 3; /* display controller */
+    PCI_FIELD("base_class", base_class)
+    PCI_FIELD("sub_class", sub_class)
+#undef PCI_FIELD
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    struct pci_values pv;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo");
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = pci_values(device, &pv);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(pci, 0, sizeof(*pci));
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X",
+             pv.domain & 0xffffU, pv.bus & 0xffU, pv.device & 0xffU, pv.function & 0xfU);
+    snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X",
+             pv.domain, pv.bus & 0xffU, pv.device & 0xffU, pv.function & 0xfU);
+    pci->domain = pv.domain;
+    pci->bus = pv.bus;
+    pci->device = pv.device;
+    pci->pciDeviceId = pv.device_id;
+    pci->pciSubSystemId = pv.subsystem_id;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_t *pci)
+{
+    struct pci_values pv;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceGetPciInfoExt", "nvmlDeviceGetPciInfo");
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (pci->version != nvmlPciInfoExt_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    r = pci_values(device, &pv);
+    if (r != NVML_SUCCESS)
+        return r;
+    pci->domain = pv.domain;
+    pci->bus = pv.bus;
+    pci->device = pv.device;
+    pci->pciDeviceId = pv.device_id;
+    pci->pciSubSystemId = pv.subsystem_id;
+    pci->baseClass = pv.base_class;
+    pci->subClass = pv.sub_class;
+    snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X",
+             pv.domain, pv.bus & 0xffU, pv.device & 0xffU, pv.function & 0xfU);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetCurrPcieLinkGeneration", NULL);
+    return get_uint(device->json, "pcie.gen_current", gen);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetMaxPcieLinkGeneration", NULL);
+    return get_uint(device->json, "pcie.gen_max", gen);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetGpuMaxPcieLinkGeneration", NULL);
+    return get_uint(device->json, "pcie.gen_gpu_max", gen);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetCurrPcieLinkWidth", NULL);
+    return get_uint(device->json, "pcie.width_current", width);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetMaxPcieLinkWidth", NULL);
+    return get_uint(device->json, "pcie.width_max", width);
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory                                                              */
+/* ------------------------------------------------------------------ */
+
+struct mem_values {
+    unsigned long long total, used, free, reserved;
+};
+
+static nvmlReturn_t mem_values(nvmlDevice_t device, struct mem_values *mv)
+{
+    const struct jv *mem = jget(device->json, "memory");
+    nvmlReturn_t r;
+    memset(mv, 0, sizeof(*mv));
+    if (!mem)
+        return NVML_ERROR_NOT_SUPPORTED;
+    r = get_u64(mem, "total", &mv->total);
+    if (r != NVML_SUCCESS)
+        return r;
+    r = get_u64(mem, "reserved", &mv->reserved);
+    if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED)
+        return r;
+    r = get_u64(mem, "used", &mv->used);
+    if (r == NVML_ERROR_NOT_SUPPORTED) {
+        r = get_u64(mem, "free", &mv->free);
+        if (r != NVML_SUCCESS)
+            return r;
+        mv->used = mv->total - mv->reserved - mv->free;
+        return NVML_SUCCESS;
+    }
+    if (r != NVML_SUCCESS)
+        return r;
+    r = get_u64(mem, "free", &mv->free);
+    if (r == NVML_ERROR_NOT_SUPPORTED) {
+        mv->free = mv->total - mv->reserved - mv->used;
+        return NVML_SUCCESS;
+    }
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    struct mem_values mv;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceGetMemoryInfo", NULL);
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = mem_values(device, &mv);
+    if (r != NVML_SUCCESS)
+        return r;
+    /* v1 semantics: "used" includes memory reserved by the driver */
+    memory->total = mv.total;
+    memory->free = mv.free;
+    memory->used = mv.used + mv.reserved;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    struct mem_values mv;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceGetMemoryInfo_v2", NULL);
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    r = mem_values(device, &mv);
+    if (r != NVML_SUCCESS)
+        return r;
+    memory->total = mv.total;
+    memory->reserved = mv.reserved;
+    memory->free = mv.free;
+    memory->used = mv.used;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1)
+{
+    const struct jv *b;
+    unsigned long long total = 0, used = 0, freev = 0;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceGetBAR1MemoryInfo", NULL);
+    if (!bar1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    b = jget(device->json, "bar1");
+    if (!b)
+        return NVML_ERROR_NOT_SUPPORTED;
+    r = get_u64(b, "total", &total);
+    if (r != NVML_SUCCESS)
+        return r;
+    r = get_u64(b, "used", &used);
+    if (r == NVML_ERROR_NOT_SUPPORTED)
+        used = 0;
+    else if (r != NVML_SUCCESS)
+        return r;
+    r = get_u64(b, "free", &freev);
+    if (r == NVML_ERROR_NOT_SUPPORTED)
+        freev = total - used;
+    else if (r != NVML_SUCCESS)
+        return r;
+    bar1->bar1Total = total;
+    bar1->bar1Used = used;
+    bar1->bar1Free = freev;
+    return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Thermals and power                                                  */
+/* ------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensorType, unsigned int *temp)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetTemperature", NULL);
+    if (sensorType != 0 || !temp)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return get_uint(device->json, "temperature.gpu", temp);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
+{
+    unsigned int t = 0;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature");
+    if (!temperature)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (temperature->version != nvmlTemperature_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (temperature->sensorType != 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = get_uint(device->json, "temperature.gpu", &t);
+    if (r == NVML_SUCCESS)
+        temperature->temperature = (int)t;
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, unsigned int thresholdType,
+                                                      unsigned int *temp)
+{
+    static const char *const keys[] = {
+        "temperature.shutdown", "temperature.slowdown", "temperature.mem_max",
+        "temperature.gpu_max", "temperature.acoustic_min", "temperature.acoustic_curr",
+        "temperature.acoustic_max", "temperature.gps_curr",
+    };
+    DEVICE_CHECK(device, "nvmlDeviceGetTemperatureThreshold", NULL);
+    if (thresholdType >= sizeof(keys) / sizeof(keys[0]) || !temp)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return get_uint(device->json, keys[thresholdType], temp);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetPowerUsage", NULL);
+    return get_uint(device->json, "power.usage_mw", power);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetPowerManagementLimit", NULL);
+    return get_uint(device->json, "power.limit_mw", limit);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetPowerManagementDefaultLimit", NULL);
+    return get_uint(device->json, "power.default_limit_mw", limit);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *minLimit,
+                                                                 unsigned int *maxLimit)
+{
+    unsigned int lo = 0, hi = 0;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceGetPowerManagementLimitConstraints", NULL);
+    if (!minLimit || !maxLimit)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = get_uint(device->json, "power.min_limit_mw", &lo);
+    if (r != NVML_SUCCESS)
+        return r;
+    r = get_uint(device->json, "power.max_limit_mw", &hi);
+    if (r != NVML_SUCCESS)
+        return r;
+    *minLimit = lo;
+    *maxLimit = hi;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetEnforcedPowerLimit", NULL);
+    return get_uint(device->json, "power.enforced_limit_mw", limit);
+}
+
+/* ------------------------------------------------------------------ */
+/* Modes                                                               */
+/* ------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, unsigned int *mode)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetPersistenceMode", NULL);
+    return get_enum(device->json, "persistence_mode", enable_state_names, mode);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetComputeMode", NULL);
+    return get_enum(device->json, "compute_mode", compute_mode_names, mode);
+}
+
+static nvmlReturn_t current_pending(nvmlDevice_t device, const char *key, unsigned int *current,
+                                    unsigned int *pending)
+{
+    char path[64];
+    unsigned int c = 0, p = 0;
+    nvmlReturn_t r;
+    if (!current || !pending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!jget(device->json, key))
+        return NVML_ERROR_NOT_SUPPORTED;
+    snprintf(path, sizeof(path), "%s.current", key);
+    r = get_enum(device->json, path, enable_state_names, &c);
+    if (r != NVML_SUCCESS)
+        return r;
+    snprintf(path, sizeof(path), "%s.pending", key);
+    r = get_enum(device->json, path, enable_state_names, &p);
+    if (r == NVML_ERROR_NOT_SUPPORTED)
+        p = c; /* nothing pending: same as current */
+    else if (r != NVML_SUCCESS)
+        return r;
+    *current = c;
+    *pending = p;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetEccMode", NULL);
+    return current_pending(device, "ecc", current, pending);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetMigMode", NULL);
+    return current_pending(device, "mig", currentMode, pendingMode);
+}
+
+/* ------------------------------------------------------------------ */
+/* Clocks                                                              */
+/* ------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
+{
+    static const char *const keys[] = {"clocks.graphics", "clocks.sm", "clocks.mem", "clocks.video"};
+    DEVICE_CHECK(device, "nvmlDeviceGetClockInfo", NULL);
+    if (type >= 4 || !clock)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return get_uint(device->json, keys[type], clock);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
+{
+    static const char *const keys[] = {"clocks.max_graphics", "clocks.max_sm", "clocks.max_mem",
+                                       "clocks.max_video"};
+    DEVICE_CHECK(device, "nvmlDeviceGetMaxClockInfo", NULL);
+    if (type >= 4 || !clock)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return get_uint(device->json, keys[type], clock);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetCurrentClocksEventReasons", NULL);
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return get_u64(device->json, "clocks_event_reasons", reasons);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetCurrentClocksThrottleReasons", NULL);
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return get_u64(device->json, "clocks_event_reasons", reasons);
+}
+
+/* ------------------------------------------------------------------ */
+/* Topology                                                            */
+/* ------------------------------------------------------------------ */
+
+static const struct jv *find_link(unsigned int a, unsigned int b)
+{
+    const struct jv *topo = jget(g_root, "topology");
+    size_t i;
+    if (!topo || topo->type != J_ARR)
+        return NULL;
+    for (i = 0; i < topo->n; i++) {
+        const struct jv *gpus = jget(topo->items[i], "gpus");
+        long long x, y;
+        if (!gpus || gpus->type != J_ARR || gpus->n != 2)
+            continue;
+        if (!jv_to_ll(gpus->items[0], NULL, &x) || !jv_to_ll(gpus->items[1], NULL, &y))
+            continue;
+        if ((x == a && y == b) || (x == b && y == a))
+            return topo->items[i];
+    }
+    return NULL;
+}
+
+static nvmlReturn_t pair_check(nvmlDevice_t d1, nvmlDevice_t d2, const char *sym)
+{
+    nvmlReturn_t r = device_check(d1, sym, NULL);
+    if (r != NVML_SUCCESS)
+        return r;
+    return device_check(d2, sym, NULL);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                        unsigned int *pathInfo)
+{
+    const struct jv *link;
+    nvmlReturn_t r = pair_check(device1, device2, "nvmlDeviceGetTopologyCommonAncestor");
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!pathInfo)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (device1 == device2) {
+        *pathInfo = 0; /* NVML_TOPOLOGY_INTERNAL */
+        return NVML_SUCCESS;
+    }
+    link = find_link(device1->index, device2->index);
+    if (!link)
+        return NVML_ERROR_NOT_SUPPORTED;
+    r = forced_error(jget(link, "errors"), "nvmlDeviceGetTopologyCommonAncestor", NULL);
+    if (r != NVML_SUCCESS)
+        return r;
+    return get_enum(link, "common_ancestor", topology_names, pathInfo);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, unsigned int p2pIndex,
+                                           unsigned int *p2pStatus)
+{
+    static const char *const keys[] = {"p2p.read", "p2p.write", "p2p.nvlink", "p2p.atomics", "p2p.prop"};
+    const struct jv *link;
+    nvmlReturn_t r = pair_check(device1, device2, "nvmlDeviceGetP2PStatus");
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!p2pStatus || p2pIndex >= sizeof(keys) / sizeof(keys[0]))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    link = find_link(device1->index, device2->index);
+    if (!link)
+        return NVML_ERROR_NOT_SUPPORTED;
+    r = forced_error(jget(link, "errors"), "nvmlDeviceGetP2PStatus", NULL);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (p2pIndex == 4 && !jpath(link, keys[4]) && jpath(link, "p2p.pci"))
+        return get_enum(link, "p2p.pci", p2p_status_names, p2pStatus);
+    return get_enum(link, keys[p2pIndex], p2p_status_names, p2pStatus);
+}

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""(Re)generate the fake host trees used by the preflight_checks tests.
+
+Usage:
+    python tests/sysfs/preflight/make_trees.py            # rewrite target/ and degraded/ next to this script
+    python tests/sysfs/preflight/make_trees.py --dest DIR # write them below DIR instead
+    python tests/sysfs/preflight/make_trees.py --check    # exit 1 if the committed trees differ
+
+Each case holds ``sys/``, ``proc/`` and ``lib/modules/`` subtrees shaped like
+the real ones, including binary 4096-byte PCI config space files with an
+extended capability list (AER, DSN, ACS) for the bridges above the GPUs:
+
+    pci0000:00/0000:00:01.0            root port (Intel), ACS SV|RR|CR|UF on
+      0000:01:00.0                     PCIe switch upstream port (Broadcom/PLX PEX8747), no ACS
+        0000:02:08.0 -> 0000:03:00.0   switch downstream port -> GPU 0 (NVIDIA)
+        0000:02:10.0 -> 0000:04:00.0   switch downstream port -> GPU 1 (NVIDIA)
+
+``target``: healthy host: UEFI, Secure Boot off, iommu=pt, no ACS redirect on
+the downstream ports (the root port is above the switch, so GPU-to-GPU
+traffic never reaches it), nvidia loaded, headers installed.
+
+``degraded``: Secure Boot on, IOMMU translating (intel_iommu=on without
+iommu=pt), ACS P2P Request/Completion Redirect enabled on both downstream
+ports, nouveau loaded, headers for the running kernel missing.
+
+Everything is written byte for byte from the tables below, so the output is
+deterministic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = ('target', 'degraded')
+EFI_GUID = '8be4df61-93ca-11d2-aa0d-00e098032b8c'
+
+# extended capability ids
+AER = 0x0001
+DSN = 0x0003
+ACS = 0x000D
+
+ACS_SV, ACS_TB, ACS_RR, ACS_CR, ACS_UF = 0x01, 0x02, 0x04, 0x08, 0x10
+
+ROOT_PORT = '0000:00:01.0'
+SWITCH_UP = '0000:01:00.0'
+SWITCH_DOWN = ('0000:02:08.0', '0000:02:10.0')
+GPUS = ('0000:03:00.0', '0000:04:00.0')
+
+
+def pci_config(vendor, device, class_code, header_type, port_type, ext_caps):
+    """Build 4096 bytes of PCI config space.
+
+    ext_caps: list of (offset, cap_id, version, {relative offset: (struct format, value)}).
+    """
+    cfg = bytearray(4096)
+    struct.pack_into('<HHHH', cfg, 0x00, vendor, device, 0x0407, 0x0010)
+    struct.pack_into('<I', cfg, 0x08, (class_code << 8) | 0xa1)
+    cfg[0x0E] = header_type
+    cfg[0x34] = 0x40
+    # PCI Express capability (id 0x10), version 2, device/port type in bits 7:4
+    struct.pack_into('<BBH', cfg, 0x40, 0x10, 0x00, 0x0002 | (port_type << 4))
+    for pos, (offset, cap_id, version, fields) in enumerate(ext_caps):
+        following = ext_caps[pos + 1][0] if pos + 1 < len(ext_caps) else 0
+        struct.pack_into('<I', cfg, offset, cap_id | (version << 16) | (following << 20))
+        for relative, (fmt, value) in sorted(fields.items()):
+            struct.pack_into(fmt, cfg, offset + relative, value)
+    return bytes(cfg)
+
+
+def acs_cap(offset, control, capability=ACS_SV | ACS_TB | ACS_RR | ACS_CR | ACS_UF):
+    return (offset, ACS, 1, {4: ('<H', capability), 6: ('<H', control)})
+
+
+def devices(case):
+    """Return [(bdf, parent path below sys/devices, files)] for one case."""
+    degraded = case == 'degraded'
+    downstream_control = ACS_SV | ACS_RR | ACS_CR | ACS_UF if degraded else 0x0000
+    bridge_files = {'vendor': None, 'device': None, 'class': '0x060400\n'}
+    result = []
+    path = 'pci0000:00'
+    root_cfg = pci_config(0x8086, 0xA70D, 0x060400, 0x81, 4,
+                          [(0x100, AER, 2, {}), acs_cap(0x148, ACS_SV | ACS_RR | ACS_CR | ACS_UF)])
+    result.append((ROOT_PORT, path, dict(bridge_files, vendor='0x8086\n', device='0xa70d\n', config=root_cfg)))
+    path += '/' + ROOT_PORT
+    up_cfg = pci_config(0x10B5, 0x8747, 0x060400, 0x01, 5, [(0x100, AER, 1, {}), (0x148, DSN, 1, {4: ('<Q', 0x0012_34ff_fe56_7890)})])
+    result.append((SWITCH_UP, path, dict(bridge_files, vendor='0x10b5\n', device='0x8747\n', config=up_cfg)))
+    path += '/' + SWITCH_UP
+    for down, gpu in zip(SWITCH_DOWN, GPUS):
+        down_cfg = pci_config(0x10B5, 0x8747, 0x060400, 0x01, 6,
+                              [(0x100, AER, 1, {}), (0x138, DSN, 1, {}), acs_cap(0x148, downstream_control)])
+        result.append((down, path, dict(bridge_files, vendor='0x10b5\n', device='0x8747\n', config=down_cfg)))
+        gpu_cfg = pci_config(0x10DE, 0x2B85, 0x030000, 0x80, 0, [(0x100, AER, 2, {}), (0x148, DSN, 1, {})])
+        result.append((gpu, path + '/' + down, {
+            'vendor': '0x10de\n', 'device': '0x2b85\n', 'class': '0x030000\n', 'config': gpu_cfg,
+            'current_link_width': '16\n', 'max_link_width': '16\n',
+            'current_link_speed': '2.5 GT/s PCIe\n', 'max_link_speed': '32.0 GT/s PCIe\n',
+        }))
+    return result
+
+
+MODULES_TARGET = """\
+nvidia_uvm 1421312 0 - Live 0x0000000000000000 (POE)
+nvidia_drm 77824 0 - Live 0x0000000000000000 (POE)
+nvidia_modeset 1314816 1 nvidia_drm, Live 0x0000000000000000 (POE)
+nvidia 60715008 2 nvidia_uvm,nvidia_modeset, Live 0x0000000000000000 (POE)
+drm_kms_helper 212992 1 nvidia_drm, Live 0x0000000000000000
+drm 614400 4 nvidia_drm,drm_kms_helper, Live 0x0000000000000000
+intel_rapl_msr 20480 0 - Live 0x0000000000000000
+ext4 987136 2 - Live 0x0000000000000000
+nvme 53248 3 - Live 0x0000000000000000
+"""
+
+MODULES_DEGRADED = """\
+nouveau 2805760 1 - Live 0x0000000000000000
+mxm_wmi 16384 1 nouveau, Live 0x0000000000000000
+drm_display_helper 184320 1 nouveau, Live 0x0000000000000000
+ttm 94208 1 nouveau, Live 0x0000000000000000
+drm_kms_helper 212992 2 nouveau,drm_display_helper, Live 0x0000000000000000
+drm 614400 5 nouveau,drm_display_helper,ttm,drm_kms_helper, Live 0x0000000000000000
+video 65536 1 nouveau, Live 0x0000000000000000
+wmi 36864 2 mxm_wmi,video, Live 0x0000000000000000
+ext4 987136 2 - Live 0x0000000000000000
+nvme 53248 3 - Live 0x0000000000000000
+"""
+
+MEMINFO = """\
+MemTotal:       {total:>9d} kB
+MemFree:        {free:>9d} kB
+MemAvailable:   {avail:>9d} kB
+Buffers:           412344 kB
+Cached:          8123456 kB
+SwapCached:             0 kB
+SwapTotal:        8388604 kB
+SwapFree:         8388604 kB
+HugePages_Total:        0
+Hugepagesize:       2048 kB
+"""
+
+CASE_DATA = {
+    'target': {
+        'secure_boot': 0,
+        'setup_mode': 0,
+        'release': '6.1.0-28-amd64',
+        'cmdline': 'BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5f0c1e9a-2b7d-4c1e-9e43-1d2f3a4b5c6d ro quiet '
+                   'intel_iommu=on iommu=pt\n',
+        'modules': MODULES_TARGET,
+        'meminfo': MEMINFO.format(total=263581576, free=240112344, avail=251234560),
+        'headers': ('6.1.0-28-amd64',),
+    },
+    'degraded': {
+        'secure_boot': 1,
+        'setup_mode': 0,
+        'release': '6.1.0-31-amd64',
+        'cmdline': 'BOOT_IMAGE=/boot/vmlinuz-6.1.0-31-amd64 root=UUID=5f0c1e9a-2b7d-4c1e-9e43-1d2f3a4b5c6d ro quiet '
+                   'intel_iommu=on\n',
+        'modules': MODULES_DEGRADED,
+        'meminfo': MEMINFO.format(total=32602452, free=28123456, avail=30123456),
+        # headers only for the previous kernel: the running one has none
+        'headers': ('6.1.0-28-amd64',),
+    },
+}
+
+
+def _write(path, content):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    mode = 'wb' if isinstance(content, bytes) else 'w'
+    with open(path, mode) as handle:
+        handle.write(content)
+
+
+def build_case(case, dest):
+    """Write one case tree to dest (removed first)."""
+    data = CASE_DATA[case]
+    if os.path.lexists(dest):
+        shutil.rmtree(dest)
+    sys_dir = os.path.join(dest, 'sys')
+    efivars = os.path.join(sys_dir, 'firmware', 'efi', 'efivars')
+    # efivarfs: 4 bytes of attributes (NV|BS|RT = 0x7 / BS|RT = 0x6) + the value byte
+    _write(os.path.join(efivars, 'SecureBoot-' + EFI_GUID), struct.pack('<IB', 0x06, data['secure_boot']))
+    _write(os.path.join(efivars, 'SetupMode-' + EFI_GUID), struct.pack('<IB', 0x06, data['setup_mode']))
+    _write(os.path.join(sys_dir, 'class', 'iommu', 'dmar0', 'uevent'), '')
+    links = os.path.join(sys_dir, 'bus', 'pci', 'devices')
+    os.makedirs(links)
+    for bdf, parent, files in devices(case):
+        device_dir = os.path.join(sys_dir, 'devices', *(parent.split('/') + [bdf]))
+        for name, content in sorted(files.items()):
+            _write(os.path.join(device_dir, name), content)
+        os.symlink(os.path.join('..', '..', '..', 'devices', *(parent.split('/') + [bdf])), os.path.join(links, bdf))
+    proc = os.path.join(dest, 'proc')
+    _write(os.path.join(proc, 'cmdline'), data['cmdline'])
+    _write(os.path.join(proc, 'modules'), data['modules'])
+    _write(os.path.join(proc, 'meminfo'), data['meminfo'])
+    _write(os.path.join(proc, 'sys', 'kernel', 'osrelease'), data['release'] + '\n')
+    modules = os.path.join(dest, 'lib', 'modules')
+    _write(os.path.join(modules, data['release'], 'modules.dep'), 'kernel/drivers/nvme/host/nvme.ko:\n')
+    for release in data['headers']:
+        _write(os.path.join(modules, release, 'modules.dep'), 'kernel/drivers/nvme/host/nvme.ko:\n')
+        _write(os.path.join(modules, release, 'build', 'Makefile'), 'include /usr/src/linux-headers-%s/Makefile\n' % release)
+
+
+def build_all(dest_root):
+    for case in CASES:
+        build_case(case, os.path.join(dest_root, case))
+
+
+def tree_differences(left, right):
+    """Relative paths that differ between two trees (content, type or link target)."""
+    diffs = []
+    for base, dirs, files in os.walk(left):
+        rel = os.path.relpath(base, left)
+        for name in dirs + files:
+            lpath = os.path.join(base, name)
+            rpath = os.path.join(right, rel, name)
+            relpath = os.path.normpath(os.path.join(rel, name))
+            if not os.path.lexists(rpath):
+                diffs.append(relpath)
+            elif os.path.islink(lpath) or os.path.islink(rpath):
+                if not (os.path.islink(lpath) and os.path.islink(rpath)) or os.readlink(lpath) != os.readlink(rpath):
+                    diffs.append(relpath)
+            elif os.path.isfile(lpath) and not filecmp.cmp(lpath, rpath, shallow=False):
+                diffs.append(relpath)
+        dirs[:] = [name for name in dirs if not os.path.islink(os.path.join(base, name))]
+    for base, dirs, files in os.walk(right):
+        rel = os.path.relpath(base, right)
+        for name in dirs + files:
+            if not os.path.lexists(os.path.join(left, rel, name)):
+                diffs.append(os.path.normpath(os.path.join(rel, name)))
+        dirs[:] = [name for name in dirs if not os.path.islink(os.path.join(base, name))]
+    return sorted(set(diffs))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--dest', default=HERE, help='directory to write the case trees into')
+    parser.add_argument('--check', action='store_true', help='compare the trees in --dest with freshly built ones')
+    args = parser.parse_args(argv)
+    if args.check:
+        tmp = tempfile.mkdtemp()
+        try:
+            build_all(tmp)
+            diffs = []
+            for case in CASES:
+                diffs += [os.path.join(case, item) for item in
+                          tree_differences(os.path.join(tmp, case), os.path.join(args.dest, case))]
+        finally:
+            shutil.rmtree(tmp)
+        for item in diffs:
+            print('differs: %s' % item)
+        return 1 if diffs else 0
+    build_all(args.dest)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
