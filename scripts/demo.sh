@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# make demo: run playbooks/site.yml against a disposable podman container that
+# stands in for the home server (systemd, two simulated RTX PRO 6000 Blackwell
+# through the NVML test double), then print what a user wants to see first.
+# KEEP=1 leaves the container running for a look around (podman exec -it llm-server-demo bash).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+name=llm-server-demo
+image=${LLM_SERVER_TEST_IMAGE:?run through make demo}
+reports=$PWD/build/demo-reports
+
+cleanup() {
+  if [ "${KEEP:-0}" = 1 ]; then
+    echo "Container $name left running (KEEP=1); remove it with: podman rm -f $name"
+  else
+    podman rm -f "$name" >/dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
+
+podman rm -f "$name" >/dev/null 2>&1 || true
+podman run -d --name "$name" --hostname llm-demo --privileged \
+  --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 "$image" /sbin/init >/dev/null
+
+export ANSIBLE_CONFIG=$PWD/ansible.cfg
+ansible-playbook -i inventories/demo tests/simulated_host/prepare.yml
+ansible-playbook -i inventories/demo playbooks/site.yml -e "preflight_report_dir=$reports"
+
+python3 - "$reports" <<'PY'
+import json, pathlib, sys
+for path in sorted(pathlib.Path(sys.argv[1]).glob('*.json')):
+    report = json.loads(path.read_text())
+    print()
+    print('=' * 78)
+    print('GPU inventory of %s (driver %s)' % (report['host'], report.get('gpu_driver_version')))
+    print('=' * 78)
+    for gpu in report['gpus']:
+        print('  GPU %s  %s  %s  %s GiB VRAM  BAR1 %s MiB  PCIe %s  %s W' % (
+            gpu['index'], gpu['pci_bus_id'], gpu['name'], gpu['memory_total_gib'],
+            gpu['bar1_total_mib'], gpu['pcie'], gpu['power_limit_w']))
+    if not report['gpus']:
+        print('  no GPU found: %s' % report.get('gpu_nvml_error'))
+    print()
+    print('Preflight: %s  (%s)' % (report['verdict'].upper(), ', '.join(
+        '%d %s' % (n, k) for k, n in report['summary'].items() if n)))
+    for check in report['checks']:
+        print('  [%-6s] %-26s %s' % (check['status'].upper(), check['id'], check['message']))
+    print()
+    print('Full report: %s' % path)
+PY
