@@ -1464,7 +1464,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 {
     struct mem_values mv;
     nvmlReturn_t r;
-    DEVICE_CHECK(device, "nvmlDeviceGetMemoryInfo_v2", NULL);
+    DEVICE_CHECK(device, "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo");
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2)

@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shared pytest fixtures for the unit tests.
+
+Keep additions small and self-contained: several test modules share this file.
+
+GPU fixtures (gpu_facts, _nvml, _amd_sysfs):
+  fake_nvml_libdir  session: tests/nvml_double/fake_nvml.c compiled into a tmp dir
+  collection_root   session: a tmp dir whose ansible_collections/homelab/llm_server
+                    is a symlink to this repository (for subprocess PYTHONPATH)
+  nvml_env          factory: environment for a subprocess that uses the double
+  run_gpu_facts     factory: runs plugins/modules/gpu_facts.py the way Ansible does
+pynvml caches the loaded library per process and the dynamic loader reads
+LD_LIBRARY_PATH at start-up, so every NVML scenario runs in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+NVML_DOUBLE_DIR = os.path.join(REPO_ROOT, 'tests', 'nvml_double')
+NVML_FIXTURES_DIR = os.path.join(NVML_DOUBLE_DIR, 'fixtures')
+SYSFS_TREES_DIR = os.path.join(REPO_ROOT, 'tests', 'sysfs')
+
+# Variables a test subprocess must not inherit from the developer's shell.
+_SCRUBBED_ENV = ('LD_LIBRARY_PATH', 'LD_PRELOAD', 'PYTHONPATH', 'FAKE_NVML_FIXTURE', 'FAKE_NVML_DEBUG')
+
+
+def nvml_fixture(name):
+    """Absolute path of a fixture in tests/nvml_double/fixtures (name without .json ok)."""
+    if not name.endswith('.json'):
+        name += '.json'
+    return os.path.join(NVML_FIXTURES_DIR, name)
+
+
+@pytest.fixture(scope='session')
+def fake_nvml_libdir(tmp_path_factory):
+    """Directory holding libnvidia-ml.so.1 built from the NVML test double."""
+    compiler = shutil.which('gcc') or shutil.which('cc')
+    if not compiler:
+        pytest.skip('gcc is needed to build the NVML test double (tests/nvml_double)')
+    out = tmp_path_factory.mktemp('fake_nvml')
+    cmd = [compiler, '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror',
+           '-o', str(out / 'libnvidia-ml.so.1'), os.path.join(NVML_DOUBLE_DIR, 'fake_nvml.c')]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, 'building the NVML double failed:\n%s' % proc.stderr
+    return str(out)
+
+
+@pytest.fixture(scope='session')
+def collection_root(tmp_path_factory):
+    """A directory for PYTHONPATH in which ansible_collections.homelab.llm_server is this repo."""
+    root = tmp_path_factory.mktemp('collections')
+    namespace = root / 'ansible_collections' / 'homelab'
+    namespace.mkdir(parents=True)
+    (namespace / 'llm_server').symlink_to(REPO_ROOT, target_is_directory=True)
+    return str(root)
+
+
+@pytest.fixture
+def nvml_env(fake_nvml_libdir, collection_root):
+    """env(fixture=None, libdir=True, pythonpath=()) -> dict for subprocess.run.
+
+    fixture: a fixture name/path for FAKE_NVML_FIXTURE (None leaves it unset).
+    libdir: True for the double, False for no LD_LIBRARY_PATH at all.
+    pythonpath: extra entries placed before the collection root.
+    """
+    def make(fixture=None, libdir=True, pythonpath=()):
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+        if libdir:
+            env['LD_LIBRARY_PATH'] = fake_nvml_libdir
+        if fixture is not None:
+            env['FAKE_NVML_FIXTURE'] = fixture if os.path.isabs(fixture) else nvml_fixture(fixture)
+        env['PYTHONPATH'] = os.pathsep.join(list(pythonpath) + [collection_root])
+        env['PYTHONDONTWRITEBYTECODE'] = '1'
+        return env
+    return make
+
+
+@pytest.fixture
+def run_gpu_facts(nvml_env, tmp_path):
+    """run(args=None, fixture=None, libdir=True, pythonpath=()) -> (rc, result dict, stderr)."""
+    module = os.path.join(REPO_ROOT, 'plugins', 'modules', 'gpu_facts.py')
+
+    def run(args=None, fixture=None, libdir=True, pythonpath=()):
+        args_file = tmp_path / 'args.json'
+        args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args or {}}))
+        proc = subprocess.run([sys.executable, module, str(args_file)], cwd=str(tmp_path),
+                              env=nvml_env(fixture=fixture, libdir=libdir, pythonpath=pythonpath),
+                              capture_output=True, text=True, timeout=60, check=False)
+        try:
+            result = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError('module printed no JSON (rc %d)\nstdout:\n%s\nstderr:\n%s'
+                                 % (proc.returncode, proc.stdout, proc.stderr))
+        return proc.returncode, result, proc.stderr
+    return run
