@@ -387,3 +387,19 @@ def test_blank_gpu_has_every_key():
     assert tuple(gpu) == nvml.GPU_KEYS
     assert gpu['index'] == 3 and gpu['vendor'] == 'nvidia'
     assert gpu['clocks'] == dict.fromkeys(nvml.CLOCK_KEYS)
+
+
+def test_capture_roundtrip_reproduces_gpu_facts(fake_nvml_libdir, tmp_path):
+    """capture_fixture.py + the double reproduce what gpu_facts reads from an NVML."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[4]
+    env = dict(os.environ, LD_LIBRARY_PATH=str(fake_nvml_libdir),
+               FAKE_NVML_FIXTURE=str(root / 'tests/nvml_double/fixtures/degraded_dual_rtx_pro_6000.json'))
+    proc = subprocess.run([sys.executable, str(root / 'tests/nvml_double/roundtrip.py'),
+                           '--double-dir', str(fake_nvml_libdir), '--out', str(tmp_path)],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ', 0 failed' in proc.stdout
+    captured = json.loads((tmp_path / 'captured_fixture.json').read_text())
+    assert captured['devices'][1]['pcie']['width_current'] == 8
+    assert captured['devices'][1]['bar1']['total'] == 268435456
