@@ -132,8 +132,9 @@ WHY = {
         'falls back to staging through host memory, which is slower and on some boards hangs.'
     ),
     'iommu_acs': (
-        'With ACS P2P redirect enabled on a PCIe bridge, or the IOMMU translating DMA, GPU-to-GPU '
-        'traffic is forced up to the root complex, where it is slow, blocked or silently dropped: '
+        'With ACS P2P redirect enabled on the ports of a PCIe switch, GPU-to-GPU traffic that should turn '
+        'around in the switch is forced up to the root complex; with the IOMMU translating DMA, peer '
+        'addresses go through IOMMU translation. Either way it is slow, blocked or silently dropped: '
         'a classic cause of NCCL / vLLM tensor-parallel hangs.'
     ),
     'kernel_headers': (
@@ -562,10 +563,14 @@ def check_nvidia_driver(ctx, severity):
         if not nvidia and pci_display_devices(ctx.sysfs, '0x10de') == [] and not (modules and 'nvidia' in modules):
             return make_check('nvidia_driver', severity, 'na',
                               'NVML reported "%s", but this host has no NVIDIA display device on the PCI bus.' % error)
-        message = 'NVML failed: %s.' % str(error).rstrip('.')
+        error = str(error).strip()
+        message = 'NVIDIA driver not usable: %s%s' % (error, '' if error.endswith('.') else '.')
         if modules is not None and 'nvidia' in modules:
-            message += (' The nvidia kernel module is loaded, so the user-space library and the kernel module '
-                        'probably disagree (driver upgraded without a reboot?).')
+            if 'mismatch' in error.lower():
+                message += (' The nvidia kernel module is loaded but differs from the user-space library: '
+                            'reboot after the driver upgrade.')
+            else:
+                message += ' The nvidia kernel module is loaded.'
         elif modules is not None:
             message += ' The nvidia kernel module is not loaded.'
         return make_check('nvidia_driver', severity, 'problem', message)
@@ -595,12 +600,12 @@ def check_resizable_bar(ctx, severity):
     for label, gpu in ctx.labelled_gpus():
         if _vendor(gpu) not in ('nvidia', 'amd'):
             continue
-        bar = _num(gpu.get('bar1_total_bytes'))
+        bar_bytes = _num(gpu.get('bar1_total_bytes'))
         vram = _num(gpu.get('memory_total_bytes'))
-        if bar is None or vram is None or vram <= 0:
+        if bar_bytes is None or vram is None or vram <= 0:
             continue
-        text = '%s BAR1 %d MiB vs VRAM %.1f GiB' % (label, bar // MIB, float(vram) / GIB)
-        (small if bar < vram else good).append(text)
+        text = '%s BAR1 %d MiB vs VRAM %.1f GiB' % (label, bar_bytes // MIB, float(vram) / GIB)
+        (small if bar_bytes < vram else good).append(text)
     if small:
         return make_check(
             'resizable_bar', severity, 'problem',
@@ -735,16 +740,24 @@ def check_iommu_acs(ctx, severity):
             notes.append('%s not found under %s' % (bdf, os.path.join(ctx.sysfs, 'bus', 'pci', 'devices')))
         else:
             chains[bdf] = chain
+    # ACS redirect only changes the path of traffic that would otherwise turn
+    # around below the root complex, i.e. inside a PCIe switch: the bridges
+    # between a GPU and the lowest bridge both GPUs share. GPUs on different
+    # root ports cross the root complex anyway (the kernel enables redirect on
+    # root ports whenever the IOMMU is on); there only the IOMMU mode matters.
     between = OrderedDict()
+    shared_pairs = 0
     present = [bdf for bdf in bdfs if bdf in chains]
     for pos, first in enumerate(present):
         for second in present[pos + 1:]:
-            other = set(name for name, dummy in chains[second])
-            mine = set(name for name, dummy in chains[first])
-            for own, theirs in ((chains[first], other), (chains[second], mine)):
-                for name, path in own:
-                    if name in theirs:
-                        break  # lowest common bridge: traffic turns around here
+            first_names = [name for name, dummy in chains[first]]
+            second_names = [name for name, dummy in chains[second]]
+            common = [name for name in first_names if name in second_names]
+            if not common:
+                continue
+            shared_pairs += 1
+            for chain, names in ((chains[first], first_names), (chains[second], second_names)):
+                for name, path in chain[:names.index(common[0])]:
                     between[name] = path
     redirect = []
     unreadable = []
@@ -779,8 +792,11 @@ def check_iommu_acs(ctx, severity):
         outcome = 'problem' if problems else 'soft'
         return make_check('iommu_acs', severity, outcome, message + '.', fix=fix)
     checked = len(between) - len(unreadable)
-    message = '%s; no ACS redirect on the %s between the %d GPUs' % (
-        iommu_text, _plural(checked, 'bridge'), len(bdfs))
+    if shared_pairs:
+        message = '%s; no ACS redirect on the %s between the %d GPUs' % (
+            iommu_text, _plural(checked, 'switch port'), len(bdfs))
+    else:
+        message = '%s; the GPUs share no PCIe switch, so ACS redirect cannot reroute their traffic' % iommu_text
     if notes:
         message += ' (note: %s)' % '; '.join(notes)
     return make_check('iommu_acs', severity, 'pass', message + '.', fix=fix)

@@ -34,8 +34,8 @@ options:
     default: []
   gpu_topology:
     description:
-      - GPU pair topology as returned by M(homelab.llm_server.gpu_facts), for example
-        C({gpus: [0, 1], common_ancestor: hostbridge, p2p: {read: ok, write: ok}}).
+      - "GPU pair topology as returned by M(homelab.llm_server.gpu_facts), for example
+        C({gpus: [0, 1], common_ancestor: hostbridge, p2p: {read: ok, write: ok}})."
     type: list
     elements: dict
     default: []
@@ -104,8 +104,9 @@ options:
     description:
       - Overrides the default severity of checks, as a dict of check id to V(fail), V(warn) or V(ignore).
       - V(ignore) turns the check into C(skip).
-      - "Defaults: C(secure_boot), C(p2p), C(iommu_acs), C(model_dir_disk) are V(warn); all others V(fail)
-        (C(power_on_after_power_loss) is always reported as C(manual))."
+      - "Defaults: C(secure_boot), C(p2p), C(iommu_acs), C(model_dir_disk) and C(power_on_after_power_loss)
+        are V(warn), all others V(fail). C(power_on_after_power_loss) is always reported as C(manual)
+        unless set to V(ignore)."
     type: dict
     default: {}
   skip:

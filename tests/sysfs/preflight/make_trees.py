@@ -1,30 +1,57 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """(Re)generate the fake host trees used by the preflight_checks tests.
 
 Usage:
-    python tests/sysfs/preflight/make_trees.py            # rewrite target/ and degraded/ next to this script
+    python tests/sysfs/preflight/make_trees.py            # rewrite the case trees next to this script
     python tests/sysfs/preflight/make_trees.py --dest DIR # write them below DIR instead
     python tests/sysfs/preflight/make_trees.py --check    # exit 1 if the committed trees differ
 
+The trees use the real sysfs names (``0000:01:00.0``, ``pci0000:00``) and
+directory symlinks (``sys/bus/pci/devices/*``). ansible-test sanity cannot
+take either (no-illegal-filenames and symlinks even crash on the colons, and
+symlinked directories cannot be listed in an ignore file), so the case
+directories must be left out of the copy that sanity runs on.
+
 Each case holds ``sys/``, ``proc/`` and ``lib/modules/`` subtrees shaped like
 the real ones, including binary 4096-byte PCI config space files with an
-extended capability list (AER, DSN, ACS) for the bridges above the GPUs:
+extended capability list (AER, DSN, ACS) for the bridges above the GPUs.
+The GPU addresses match the NVML fixtures in tests/nvml_double/fixtures, so
+a simulated host can pair a fixture with a tree (tests/simulated_host).
 
-    pci0000:00/0000:00:01.0            root port (Intel), ACS SV|RR|CR|UF on
-      0000:01:00.0                     PCIe switch upstream port (Broadcom/PLX PEX8747), no ACS
-        0000:02:08.0 -> 0000:03:00.0   switch downstream port -> GPU 0 (NVIDIA)
-        0000:02:10.0 -> 0000:04:00.0   switch downstream port -> GPU 1 (NVIDIA)
+``target`` (pairs with target_dual_rtx_pro_6000): healthy host. UEFI, Secure
+Boot off, intel_iommu=on iommu=pt, nvidia loaded, headers installed; each
+GPU in a CPU-attached slot under the same host bridge, root ports with ACS
+redirect off::
 
-``target``: healthy host: UEFI, Secure Boot off, iommu=pt, no ACS redirect on
-the downstream ports (the root port is above the switch, so GPU-to-GPU
-traffic never reaches it), nvidia loaded, headers installed.
+    pci0000:00/0000:00:01.0/0000:01:00.0   GPU 0
+    pci0000:00/0000:00:01.1/0000:02:00.0   GPU 1
 
-``degraded``: Secure Boot on, IOMMU translating (intel_iommu=on without
-iommu=pt), ACS P2P Request/Completion Redirect enabled on both downstream
-ports, nouveau loaded, headers for the running kernel missing.
+``degraded`` (pairs with degraded_dual_rtx_pro_6000): Secure Boot on, IOMMU
+translating (intel_iommu=on without iommu=pt), ACS P2P Request/Completion
+Redirect on in both root ports (as Linux sets it when the IOMMU is on),
+nouveau loaded, headers for the running kernel missing; GPU 1 on the other
+socket's root complex::
+
+    pci0000:00/0000:00:01.0/0000:01:00.0   GPU 0
+    pci0000:80/0000:80:01.0/0000:81:00.0   GPU 1
+
+Root port redirect does not change the path of traffic between GPUs on
+different root ports (it has to cross the root complex anyway), so the
+check judges the IOMMU mode there; ACS redirect only matters inside a PCIe
+switch, which the third case covers.
+
+``acs_switch``: otherwise healthy host (iommu=pt) with both GPUs behind a
+PCIe switch (Broadcom/PLX PEX8747) whose downstream ports have ACS P2P
+Request/Completion Redirect on, so GPU-to-GPU traffic is forced up to the
+root complex; the root port above the switch has redirect on too but sits
+above the turn-around point::
+
+    pci0000:00/0000:00:01.0                root port
+      0000:01:00.0                         switch upstream port, no ACS
+        0000:02:08.0/0000:03:00.0          downstream port -> GPU 0
+        0000:02:10.0/0000:04:00.0          downstream port -> GPU 1
 
 Everything is written byte for byte from the tables below, so the output is
 deterministic.
@@ -41,7 +68,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = ('target', 'degraded')
+CASES = ('target', 'degraded', 'acs_switch')
 EFI_GUID = '8be4df61-93ca-11d2-aa0d-00e098032b8c'
 
 # extended capability ids
@@ -50,11 +77,10 @@ DSN = 0x0003
 ACS = 0x000D
 
 ACS_SV, ACS_TB, ACS_RR, ACS_CR, ACS_UF = 0x01, 0x02, 0x04, 0x08, 0x10
+ACS_LINUX_DEFAULT = ACS_SV | ACS_RR | ACS_CR | ACS_UF  # what the kernel enables when the IOMMU is on
 
-ROOT_PORT = '0000:00:01.0'
-SWITCH_UP = '0000:01:00.0'
-SWITCH_DOWN = ('0000:02:08.0', '0000:02:10.0')
-GPUS = ('0000:03:00.0', '0000:04:00.0')
+# PCIe device/port types (PCI Express capability, bits 7:4)
+ENDPOINT, ROOT_PORT, SWITCH_UP, SWITCH_DOWN = 0, 4, 5, 6
 
 
 def pci_config(vendor, device, class_code, header_type, port_type, ext_caps):
@@ -81,31 +107,60 @@ def acs_cap(offset, control, capability=ACS_SV | ACS_TB | ACS_RR | ACS_CR | ACS_
     return (offset, ACS, 1, {4: ('<H', capability), 6: ('<H', control)})
 
 
+def root_port(vendor, device, acs_control):
+    return {
+        'vendor': '0x%04x\n' % vendor, 'device': '0x%04x\n' % device, 'class': '0x060400\n',
+        'config': pci_config(vendor, device, 0x060400, 0x81, ROOT_PORT,
+                             [(0x100, AER, 2, {}), acs_cap(0x148, acs_control)]),
+    }
+
+
+def switch_port(port_type, acs_control=None):
+    caps = [(0x100, AER, 1, {}), (0x138, DSN, 1, {4: ('<Q', 0x001234FFFE567890)})]
+    if acs_control is not None:
+        caps.append(acs_cap(0x148, acs_control))
+    return {
+        'vendor': '0x10b5\n', 'device': '0x8747\n', 'class': '0x060400\n',
+        'config': pci_config(0x10B5, 0x8747, 0x060400, 0x01, port_type, caps),
+    }
+
+
+def nvidia_gpu(gen_speed='32.0 GT/s PCIe', width=16):
+    return {
+        'vendor': '0x10de\n', 'device': '0x2bb1\n', 'class': '0x030000\n',
+        'config': pci_config(0x10DE, 0x2BB1, 0x030000, 0x80, ENDPOINT, [(0x100, AER, 2, {}), (0x148, DSN, 1, {})]),
+        'current_link_width': '%d\n' % width, 'max_link_width': '16\n',
+        'current_link_speed': '2.5 GT/s PCIe\n', 'max_link_speed': gen_speed + '\n',
+    }
+
+
 def devices(case):
-    """Return [(bdf, parent path below sys/devices, files)] for one case."""
-    degraded = case == 'degraded'
-    downstream_control = ACS_SV | ACS_RR | ACS_CR | ACS_UF if degraded else 0x0000
-    bridge_files = {'vendor': None, 'device': None, 'class': '0x060400\n'}
-    result = []
-    path = 'pci0000:00'
-    root_cfg = pci_config(0x8086, 0xA70D, 0x060400, 0x81, 4,
-                          [(0x100, AER, 2, {}), acs_cap(0x148, ACS_SV | ACS_RR | ACS_CR | ACS_UF)])
-    result.append((ROOT_PORT, path, dict(bridge_files, vendor='0x8086\n', device='0xa70d\n', config=root_cfg)))
-    path += '/' + ROOT_PORT
-    up_cfg = pci_config(0x10B5, 0x8747, 0x060400, 0x01, 5, [(0x100, AER, 1, {}), (0x148, DSN, 1, {4: ('<Q', 0x0012_34ff_fe56_7890)})])
-    result.append((SWITCH_UP, path, dict(bridge_files, vendor='0x10b5\n', device='0x8747\n', config=up_cfg)))
-    path += '/' + SWITCH_UP
-    for down, gpu in zip(SWITCH_DOWN, GPUS):
-        down_cfg = pci_config(0x10B5, 0x8747, 0x060400, 0x01, 6,
-                              [(0x100, AER, 1, {}), (0x138, DSN, 1, {}), acs_cap(0x148, downstream_control)])
-        result.append((down, path, dict(bridge_files, vendor='0x10b5\n', device='0x8747\n', config=down_cfg)))
-        gpu_cfg = pci_config(0x10DE, 0x2B85, 0x030000, 0x80, 0, [(0x100, AER, 2, {}), (0x148, DSN, 1, {})])
-        result.append((gpu, path + '/' + down, {
-            'vendor': '0x10de\n', 'device': '0x2b85\n', 'class': '0x030000\n', 'config': gpu_cfg,
-            'current_link_width': '16\n', 'max_link_width': '16\n',
-            'current_link_speed': '2.5 GT/s PCIe\n', 'max_link_speed': '32.0 GT/s PCIe\n',
-        }))
-    return result
+    """Return [(path below sys/devices, files)], parents before children; the last element is the BDF."""
+    if case == 'target':
+        return [
+            ('pci0000:00/0000:00:01.0', root_port(0x8086, 0xA70D, 0x0000)),
+            ('pci0000:00/0000:00:01.0/0000:01:00.0', nvidia_gpu()),
+            ('pci0000:00/0000:00:01.1', root_port(0x8086, 0xA72D, 0x0000)),
+            ('pci0000:00/0000:00:01.1/0000:02:00.0', nvidia_gpu()),
+        ]
+    if case == 'degraded':
+        return [
+            ('pci0000:00/0000:00:01.0', root_port(0x8086, 0xA70D, ACS_LINUX_DEFAULT)),
+            ('pci0000:00/0000:00:01.0/0000:01:00.0', nvidia_gpu()),
+            ('pci0000:80/0000:80:01.0', root_port(0x8086, 0xA70D, ACS_LINUX_DEFAULT)),
+            ('pci0000:80/0000:80:01.0/0000:81:00.0', nvidia_gpu('16.0 GT/s PCIe', 8)),
+        ]
+    if case == 'acs_switch':
+        up = 'pci0000:00/0000:00:01.0/0000:01:00.0'
+        return [
+            ('pci0000:00/0000:00:01.0', root_port(0x8086, 0xA70D, ACS_LINUX_DEFAULT)),
+            (up, switch_port(SWITCH_UP)),
+            (up + '/0000:02:08.0', switch_port(SWITCH_DOWN, ACS_LINUX_DEFAULT)),
+            (up + '/0000:02:08.0/0000:03:00.0', nvidia_gpu()),
+            (up + '/0000:02:10.0', switch_port(SWITCH_DOWN, ACS_LINUX_DEFAULT)),
+            (up + '/0000:02:10.0/0000:04:00.0', nvidia_gpu()),
+        ]
+    raise ValueError('unknown case %s' % case)
 
 
 MODULES_TARGET = """\
@@ -168,6 +223,16 @@ CASE_DATA = {
         # headers only for the previous kernel: the running one has none
         'headers': ('6.1.0-28-amd64',),
     },
+    'acs_switch': {
+        'secure_boot': 0,
+        'setup_mode': 0,
+        'release': '6.1.0-28-amd64',
+        'cmdline': 'BOOT_IMAGE=/boot/vmlinuz-6.1.0-28-amd64 root=UUID=5f0c1e9a-2b7d-4c1e-9e43-1d2f3a4b5c6d ro quiet '
+                   'intel_iommu=on iommu=pt\n',
+        'modules': MODULES_TARGET,
+        'meminfo': MEMINFO.format(total=263581576, free=240112344, avail=251234560),
+        'headers': ('6.1.0-28-amd64',),
+    },
 }
 
 
@@ -191,11 +256,11 @@ def build_case(case, dest):
     _write(os.path.join(sys_dir, 'class', 'iommu', 'dmar0', 'uevent'), '')
     links = os.path.join(sys_dir, 'bus', 'pci', 'devices')
     os.makedirs(links)
-    for bdf, parent, files in devices(case):
-        device_dir = os.path.join(sys_dir, 'devices', *(parent.split('/') + [bdf]))
+    for path, files in devices(case):
+        parts = path.split('/')
         for name, content in sorted(files.items()):
-            _write(os.path.join(device_dir, name), content)
-        os.symlink(os.path.join('..', '..', '..', 'devices', *(parent.split('/') + [bdf])), os.path.join(links, bdf))
+            _write(os.path.join(sys_dir, 'devices', *(parts + [name])), content)
+        os.symlink(os.path.join('..', '..', '..', 'devices', *parts), os.path.join(links, parts[-1]))
     proc = os.path.join(dest, 'proc')
     _write(os.path.join(proc, 'cmdline'), data['cmdline'])
     _write(os.path.join(proc, 'modules'), data['modules'])
