@@ -397,7 +397,7 @@ def test_capture_roundtrip_reproduces_gpu_facts(fake_nvml_libdir, tmp_path):
                FAKE_NVML_FIXTURE=str(root / 'tests/nvml_double/fixtures/degraded_dual_rtx_pro_6000.json'))
     proc = subprocess.run([sys.executable, str(root / 'tests/nvml_double/roundtrip.py'),
                            '--double-dir', str(fake_nvml_libdir), '--out', str(tmp_path)],
-                          env=env, capture_output=True, text=True)
+                          env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ', 0 failed' in proc.stdout
     captured = json.loads((tmp_path / 'captured_fixture.json').read_text())
