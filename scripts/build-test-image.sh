@@ -32,7 +32,9 @@ for unit in getty.target systemd-udevd.service systemd-udev-trigger.service \
             systemd-remount-fs.service systemd-firstboot.service; do
   ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
 done
-rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+# Keep the package lists, as on an installed server (check mode cannot
+# refresh them).
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb
 echo 'APT::Install-Recommends "false";' > "$rootfs/etc/apt/apt.conf.d/90no-recommends"
 tar -C "$rootfs" -c . | podman import \
   --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' \
