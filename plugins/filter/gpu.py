@@ -10,7 +10,7 @@ _MIB = 1024 ** 2
 def _size(value, unit, digits=1):
     if value is None:
         return None
-    return round(value / unit, digits)
+    return round(value / unit, digits) if digits else int(round(value / unit))
 
 
 def gpu_summary(gpu):

@@ -328,6 +328,20 @@ def _collect(result):
         result['error'] = ' '.join(problems)
 
 
+def bindings_version():
+    """Version of the installed nvidia-ml-py distribution, or None."""
+    if pynvml is None:
+        return None
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # Python < 3.8 on an old target
+        return None
+    try:
+        return version('nvidia-ml-py')
+    except PackageNotFoundError:
+        return None
+
+
 def collect_nvidia():
     """Everything NVML says, as a dict.
 

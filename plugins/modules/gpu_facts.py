@@ -291,6 +291,13 @@ ansible_facts:
       returned: always
       type: str
       sample: 13.580.95.05
+    gpu_nvml_bindings_version:
+      description:
+        - Version of the installed C(nvidia-ml-py) package, V(null) when it is not installed.
+        - Lets a role skip reinstalling the bindings when the pinned version is already there.
+      returned: always
+      type: str
+      sample: 13.615.71
     gpu_nvml_error:
       description:
         - V(null) when NVML answered (or was not asked), else what went wrong and what to do.
@@ -331,7 +338,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.homelab.llm_server.plugins.module_utils._amd_sysfs import collect_amd
-from ansible_collections.homelab.llm_server.plugins.module_utils._nvml import HAS_PYNVML, collect_nvidia
+from ansible_collections.homelab.llm_server.plugins.module_utils._nvml import HAS_PYNVML, bindings_version, collect_nvidia
 
 
 def gather(vendors, sysfs_root):
@@ -341,6 +348,7 @@ def gather(vendors, sysfs_root):
         'gpu_driver_version': None,
         'gpu_cuda_driver_version': None,
         'gpu_nvml_version': None,
+        'gpu_nvml_bindings_version': bindings_version(),
         'gpu_nvml_error': None,
         'gpu_topology': [],
     }
