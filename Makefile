@@ -79,8 +79,12 @@ molecule: venv image nvml-double wheels
 	  $(BIN)/molecule test -s $$s; \
 	done
 
+.PHONY: galaxy
+galaxy: venv nvml-double
+	bash scripts/check-galaxy-build.sh
+
 .PHONY: test
-test: venv host lint sanity unit molecule
+test: venv host lint sanity unit galaxy molecule
 	@echo "make test: all checks passed"
 
 .PHONY: demo
