@@ -42,6 +42,13 @@ $(NVML_DOUBLE): tests/nvml_double/fake_nvml.c tests/nvml_double/Makefile
 .PHONY: nvml-double
 nvml-double: $(NVML_DOUBLE)
 
+# Local signed apt repositories standing in for NVIDIA's (CUDA and
+# libnvidia-container), with the real package names; build.py skips the
+# work when its inputs are unchanged.
+.PHONY: nvidia-repo
+nvidia-repo: host
+	python3 tests/nvidia_repo/build.py $(BUILD)/nvidia-repo
+
 # Wheels of the target-side Python dependencies, installed into the test
 # containers without an index (containers cannot verify TLS to PyPI here).
 $(WHEELS)/.done: requirements.txt | venv
@@ -72,7 +79,7 @@ unit: venv host
 	$(BIN)/pytest tests/unit
 
 .PHONY: molecule
-molecule: venv image nvml-double wheels
+molecule: venv image nvml-double wheels nvidia-repo
 	export LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)); \
 	for s in $(SCENARIOS); do \
 	  echo "=== molecule scenario $$s ==="; \
@@ -88,7 +95,7 @@ test: venv host lint sanity unit galaxy molecule
 	@echo "make test: all checks passed"
 
 .PHONY: demo
-demo: venv image nvml-double wheels
+demo: venv image nvml-double wheels nvidia-repo
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) bash scripts/demo.sh
 
 .PHONY: bench

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 need=()
-for pkg in podman runc debootstrap gcc make python3-venv rsync shellcheck; do
+for pkg in podman runc debootstrap gcc make python3-venv rsync shellcheck apt-utils gnupg; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
