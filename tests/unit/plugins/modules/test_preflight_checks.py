@@ -23,23 +23,13 @@ CHECK_IDS = [
 GIB = 1024 ** 3
 
 
-@pytest.fixture(scope='module')
-def collection_path(tmp_path_factory):
-    """A PYTHONPATH entry holding ansible_collections/homelab/llm_server -> repository root."""
-    base = tmp_path_factory.mktemp('collections')
-    namespace = base / 'ansible_collections' / 'homelab'
-    namespace.mkdir(parents=True)
-    os.symlink(REPO, str(namespace / 'llm_server'))
-    return str(base)
-
-
 @pytest.fixture
-def run_module(collection_path, tmp_path):
+def run_module(collection_root, tmp_path):
     def _run(args):
         args_file = tmp_path / 'args.json'
         args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
         env = dict(os.environ)
-        env['PYTHONPATH'] = os.pathsep.join(filter(None, [collection_path, env.get('PYTHONPATH')]))
+        env['PYTHONPATH'] = os.pathsep.join(filter(None, [collection_root, env.get('PYTHONPATH')]))
         proc = subprocess.run([sys.executable, MODULE, str(args_file)], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False, timeout=120)
         assert proc.stdout, 'no output, stderr: %s' % proc.stderr.decode()
