@@ -29,15 +29,15 @@ options:
     default: /etc/docker/daemon.json
   settings:
     description:
-      - daemon.json keys to merge into the file, for example
-        C({runtimes: {nvidia: {path: /usr/bin/nvidia-container-runtime, runtimeArgs: []}}}).
+      - "daemon.json keys to merge into the file, for example
+        C({runtimes: {nvidia: {path: /usr/bin/nvidia-container-runtime, runtimeArgs: []}}})."
     type: dict
     required: true
   unset:
     description:
-      - Top-level keys to remove when the file holds exactly the given value, for example
+      - "Top-level keys to remove when the file holds exactly the given value, for example
         C({default-runtime: nvidia}) to take back a default runtime set earlier while leaving a
-        different one the user chose.
+        different one the user chose."
       - Applied after the merge.
     type: dict
     default: {}

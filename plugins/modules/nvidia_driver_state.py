@@ -138,7 +138,7 @@ kernel_module_package:
   type: str
   sample: nvidia-kernel-open-dkms
 kernel_module_package_version:
-  description: Upstream version of O(kernel_module_package).
+  description: Upstream version of RV(kernel_module_package).
   returned: success
   type: str
   sample: 580.95.05
