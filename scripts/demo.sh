@@ -49,3 +49,18 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob('*.json')):
     print()
     print('Full report: %s' % path)
 PY
+
+# What the driver, toolkit and runtime roles left on the host, read from it.
+in_host() { podman exec "$name" bash -lc "$1" 2>&1 | sed 's/^/  /'; }
+echo
+echo "Installed on $name"
+echo "------------------------------------------------------------------------------"
+echo "Pinned and held packages:"
+in_host "dpkg-query -W -f='\${Package} \${Version}\n' nvidia-open nvidia-driver cuda-toolkit-12-8 nvidia-container-toolkit docker.io 2>/dev/null; echo held: \$(apt-mark showhold | tr '\n' ' ')"
+echo "CUDA compiler in a login shell:"
+in_host "nvcc --version | tail -n 2 | head -n 1"
+echo "Docker runtimes (dockerd running in the container):"
+in_host "docker info --format '{{json .Runtimes}}' | python3 -c 'import json,sys; print(sorted(json.load(sys.stdin)))'"
+echo "nvidia-persistenced: $(podman exec "$name" systemctl is-enabled nvidia-persistenced 2>&1)," \
+  "$(podman exec "$name" systemctl is-active nvidia-persistenced 2>&1)" \
+  "(it starts once the new driver's kernel module is loaded, i.e. after the reboot the play asked for)"

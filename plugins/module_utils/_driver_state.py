@@ -428,9 +428,13 @@ def decide(facts, expected_version=None, nvml_error=None):
     messages = []
     values = {'library': library, 'loaded': loaded, 'expected': expected_version}
 
+    # The files decide when both versions are known; NVML's word (possibly
+    # from cached facts) only fills the gap.
     nvml_mismatch = bool(nvml_error) and 'mismatch' in str(nvml_error).lower()
-    mismatch = bool(facts['module_loaded'] and loaded and library and loaded != library) or (
-        nvml_mismatch and facts['module_loaded'])
+    if facts['module_loaded'] and loaded and library:
+        mismatch = loaded != library
+    else:
+        mismatch = bool(nvml_mismatch and facts['module_loaded'])
 
     secure_boot_refuses = secure_boot == 'enabled' and mok_state == 'not_enrolled'
     module_matches_library = bool(module['present'] and library and module['version'] in (None, library))

@@ -362,3 +362,8 @@ def test_pci_scan_tells_which_gpus_need_open_modules(tmp_path):
     devices = ds.nvidia_pci_devices(sysfs)
     assert [(d['address'], d['requires_open_modules'], d['open_modules_supported']) for d in devices] == [
         ('0000:01:00.0', True, True), ('0000:02:00.0', False, True), ('0000:03:00.0', False, False)]
+
+
+def test_stale_nvml_mismatch_error_does_not_override_the_files():
+    result = state('sb_off', nvml_error='Driver/library version mismatch')
+    assert not result['mismatch'] and not result['reboot_required']
