@@ -19,7 +19,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 help:
 	@echo "make test   install what is needed, then lint, sanity, unit tests and Molecule scenarios"
 	@echo "make demo   run playbooks/site.yml against a disposable container with two simulated GPUs"
-	@echo "make bench  measure gpu_facts and a no-op preflight re-run (docs/benchmarks.md)"
+	@echo "make bench  measure gpu_facts, preflight and the driver/toolkit/runtime roles (docs/benchmarks.md)"
 
 # Python tooling, rebuilt when requirements.txt changes.
 $(BIN)/.installed: requirements.txt
@@ -99,8 +99,9 @@ demo: venv image nvml-double wheels nvidia-repo
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) bash scripts/demo.sh
 
 .PHONY: bench
-bench: venv image nvml-double wheels
+bench: venv image nvml-double wheels nvidia-repo
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/foundation.py
+	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/runtime_roles.py
 
 .PHONY: build
 build: venv

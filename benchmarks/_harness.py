@@ -1,0 +1,72 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the benchmark scripts share: a disposable simulated GPU server and timed playbook runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def percentile(values, pct):
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def machine_line():
+    return 'Machine: %s, %d CPUs, Python %s' % (platform.machine(), os.cpu_count(), platform.python_version())
+
+
+def print_table(rows):
+    print('| measurement | runs | median | p95 |')
+    print('| --- | ---: | ---: | ---: |')
+    for name, runs, med, p95 in rows:
+        print('| %s | %d | %.3f s | %.3f s |' % (name, runs, med, p95))
+
+
+def ansible_playbook(playbook, extra=()):
+    """Run a playbook against the demo inventory; return (seconds, changed count summed over hosts)."""
+    cmd = ['ansible-playbook', '-i', 'inventories/demo', playbook, *extra]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / 'ansible.cfg')))
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit('%s failed:\n%s' % (' '.join(cmd), proc.stdout[-4000:]))
+    changed = sum(int(word.split('=')[1]) for line in proc.stdout.splitlines() if 'changed=' in line
+                  for word in line.split() if word.startswith('changed='))
+    return elapsed, changed
+
+
+@contextlib.contextmanager
+def simulated_server(image, name, report_dir):
+    """A disposable container prepared as the demo's simulated GPU server; yields the extra-vars."""
+    subprocess.run(['podman', 'rm', '-f', name], capture_output=True, check=False)
+    subprocess.run(['podman', 'run', '-d', '--name', name, '--privileged',
+                    '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=4096:4096',
+                    image, '/sbin/init'], check=True, capture_output=True)
+    extra = ['-e', 'ansible_host=%s' % name, '-e', 'preflight_report_dir=%s' % report_dir]
+    try:
+        ansible_playbook('tests/simulated_host/prepare.yml', extra)
+        yield extra
+    finally:
+        subprocess.run(['podman', 'rm', '-f', name], capture_output=True, check=False)
+
+
+def timed_reruns(playbook, extra, runs):
+    """The first run, then `runs` re-runs that must change nothing."""
+    first, _changed = ansible_playbook(playbook, extra)
+    times = []
+    for _run in range(runs):
+        elapsed, changed = ansible_playbook(playbook, extra)
+        if changed:
+            sys.exit('%s re-run changed %d task(s): not idempotent' % (playbook, changed))
+        times.append(elapsed)
+    return first, times
