@@ -10,10 +10,13 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 # An empty configuration: nothing of this checkout's ansible.cfg applies.
 touch ansible.cfg
-export ANSIBLE_CONFIG="$work/ansible.cfg" ANSIBLE_COLLECTIONS_PATH="$work/collections"
+export ANSIBLE_CONFIG="$work/ansible.cfg"
+# The installed copy first, then the collections of the ansible package.
+export ANSIBLE_COLLECTIONS_PATH="$work/collections:$(python3 -c 'import ansible_collections, os; print(os.path.dirname(list(ansible_collections.__path__)[0]))')"
 ansible-galaxy collection build --force --output-path "$work" "$root" >/dev/null
 tarball=$(ls "$work"/homelab-llm_server-*.tar.gz)
-ansible-galaxy collection install --offline -p "$work/collections" "$tarball" >/dev/null
+# --no-deps: the dependencies come with the ansible package, not from a Galaxy server.
+ansible-galaxy collection install --offline --no-deps -p "$work/collections" "$tarball" >/dev/null
 echo "built and installed $(basename "$tarball") ($(du -h "$tarball" | cut -f1))"
 out=$(LD_LIBRARY_PATH="$root/build/nvml" \
       FAKE_NVML_FIXTURE="$root/tests/nvml_double/fixtures/target_dual_rtx_pro_6000.json" \
