@@ -12,7 +12,8 @@ cd "$work"
 touch ansible.cfg
 export ANSIBLE_CONFIG="$work/ansible.cfg"
 # The installed copy first, then the collections of the ansible package.
-export ANSIBLE_COLLECTIONS_PATH="$work/collections:$(python3 -c 'import ansible_collections, os; print(os.path.dirname(list(ansible_collections.__path__)[0]))')"
+bundled=$(python3 -c 'import ansible_collections, os; print(os.path.dirname(list(ansible_collections.__path__)[0]))')
+export ANSIBLE_COLLECTIONS_PATH="$work/collections:$bundled"
 ansible-galaxy collection build --force --output-path "$work" "$root" >/dev/null
 tarball=$(ls "$work"/homelab-llm_server-*.tar.gz)
 # --no-deps: the dependencies come with the ansible package, not from a Galaxy server.
