@@ -21,6 +21,28 @@ and both must answer within one deadline.
 Exit 2 means a usage or configuration error in every subcommand. The API
 key is sent as "Authorization: Bearer KEY" and never printed.
 
+The watch configuration is a JSON object:
+  name, url, model, unit      required; name names the state file {state_dir}/{name}.json
+  deadline_s                  15     seconds for /health and the completion together
+  failures_before_restart     3      consecutive failed ticks before a restart
+  backoff_initial_s           30     after a restart, no other one for this long; the
+  backoff_max_s               900    window doubles with each restart, up to backoff_max_s
+  backoff_reset_s             backoff_max_s: healthy this long without a break, the
+                              window starts again from backoff_initial_s
+  grace_s                     600    failures within grace_s of the unit becoming active
+                              are not counted: the engine is still loading its model
+  state_dir                   /var/lib/llm-server/health
+  api_key_file                none
+  restart_command             ["systemctl", "restart", unit]
+  restart_timeout_s           300
+Numbers may be JSON strings ("20"). Unknown keys are an error (a typo would
+otherwise be ignored).
+
+The unit's state comes from `systemctl show`. A unit that is not "active"
+(activating, inactive, failed, ...) is not checked and its failure count is
+reset: systemd's own Restart= handles a crashed service, and a stopped one was
+stopped on purpose. Without systemctl the check runs and the line says so.
+
 Standard library only: this runs on the target with the system python3.
 """
 
@@ -29,6 +51,7 @@ import errno
 import fcntl
 import http.client
 import json
+import math
 import os
 import re
 import socket
@@ -220,7 +243,7 @@ def run_check(url, model, deadline_s, api_key=None):
         result['reason'] = error
         return result
     result['healthy'] = True
-    result['reason'] = 'ok: /health answered 200 in %.3f s, a 1-token completion in %.3f s' % (
+    result['reason'] = 'ok: /health answered 200 in %s s, a 1-token completion in %s s' % (
         result['health_s'], result['completion_s'])
     return result
 
@@ -339,7 +362,7 @@ def _number(key, value, minimum, integer):
             value = float(value.strip())
         except ValueError:
             raise ConfigError('%s must be a number, not %r' % (key, value))
-    if not isinstance(value, (int, float)) or value != value:  # NaN
+    if not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
         raise ConfigError('%s must be a number, not %r' % (key, value))
     if integer:
         if value != int(value):
@@ -520,8 +543,8 @@ def _tick(config, api_key, state, now):
             # one; an inactive one was stopped on purpose. Old failures belonged to the last run.
             state['consecutive_failures'] = 0
             state['healthy_since'] = None
-            return EXIT_HEALTHY, '%s: not checked, %s is %s (%s)' % (name, unit, active or 'unknown',
-                                                                      props.get('SubState', '?'))
+            return EXIT_HEALTHY, '%s: not checked, %s is %s (%s)' % (
+                name, unit, active or 'unknown', props.get('SubState', '?'))
         try:
             entered_us = int(props.get('ActiveEnterTimestampMonotonic') or 0)
         except ValueError:
@@ -540,7 +563,7 @@ def _tick(config, api_key, state, now):
         state['last_healthy'] = now
         if state['healthy_since'] is None:
             state['healthy_since'] = now
-        line = '%s: healthy (/health %.3f s, completion %.3f s)' % (name, result['health_s'], result['completion_s'])
+        line = '%s: healthy (/health %s s, completion %s s)' % (name, result['health_s'], result['completion_s'])
         healthy_for = now - state['healthy_since']
         if state['backoff_s'] > config['backoff_initial_s'] and healthy_for >= config['backoff_reset_s']:
             state['backoff_s'] = config['backoff_initial_s']
@@ -662,12 +685,16 @@ def main(argv=None):
         if args.json:
             result.update(elapsed_s=round(elapsed, 3), attempts=attempts)
             _emit(json.dumps(result, sort_keys=True))
-        elif result['healthy']:
-            _emit('healthy after %.1f s (%d checks): %s' % (elapsed, attempts, result['reason']))
         else:
-            _emit('not healthy after %.1f s (%d checks): %s' % (elapsed, attempts, result['reason']))
+            verdict = 'healthy' if result['healthy'] else 'not healthy'
+            checks = '1 check' if attempts == 1 else '%d checks' % attempts
+            _emit('%s after %.1f s (%s): %s' % (verdict, elapsed, checks, result['reason']))
         return EXIT_HEALTHY if result['healthy'] else EXIT_UNHEALTHY
     except ConfigError as exc:
+        _emit('llm-health: %s' % redact(str(exc), api_key), sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        # The state directory or its files (the checks themselves catch their errors).
         _emit('llm-health: %s' % redact(str(exc), api_key), sys.stderr)
         return EXIT_USAGE
 

@@ -1,0 +1,517 @@
+# -*- coding: utf-8 -*-
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""roles/serving/files/llm-health.py run for real against tests/openai_server in a subprocess.
+
+The watch tests put a stand-in `systemctl` first in PATH: it prints the unit
+properties the test wrote (so grace and unit states are exercised through the
+real parsing), and the restart command appends a line to a file.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+LLM_HEALTH = os.path.join(REPO_ROOT, 'roles', 'serving', 'files', 'llm-health.py')
+TEST_SERVER = os.path.join(REPO_ROOT, 'tests', 'openai_server', 'openai_test_server.py')
+API_KEY = 'sk-test-4f1c9d2e8b7a'
+
+
+def _load_llm_health():
+    spec = importlib.util.spec_from_file_location('llm_health', LLM_HEALTH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+llm_health = _load_llm_health()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+class RunningServer:
+    def __init__(self, proc, url):
+        self.proc = proc
+        self.url = url
+
+    def control(self, **changes):
+        import urllib.request
+        request = urllib.request.Request(self.url + '/_control', data=json.dumps(changes).encode(),
+                                         headers={'Content-Type': 'application/json'})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())
+
+
+@pytest.fixture
+def start_server():
+    """start(*args, port=0) -> RunningServer; every server is stopped at teardown."""
+    procs = []
+
+    def start(*args, port=0):
+        cmd = [sys.executable, TEST_SERVER, '--port', str(port)] + list(args)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        line = proc.stdout.readline()
+        assert line.startswith('listening on '), 'test server did not start: %r %s' % (line, proc.stderr.read())
+        return RunningServer(proc, line.split()[-1])
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(timeout=5)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def run_health(*args, timeout=30, env=None):
+    """(rc, stdout, stderr, seconds) of llm-health with args."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, LLM_HEALTH] + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
+
+
+def check(url, model, *extra):
+    rc, out, err, seconds = run_health('check', '--url', url, '--model', model, *extra)
+    lines = out.splitlines()
+    assert len(lines) == 1, 'check must print one line, got %r (stderr %s)' % (out, err)
+    return rc, json.loads(lines[0]), seconds
+
+
+# ------------------------------------------------------------------ check
+
+
+def test_check_healthy(start_server):
+    server = start_server('--model', 'qwen3-32b')
+    rc, result, _seconds = check(server.url, 'qwen3-32b')
+    assert rc == 0
+    assert result['healthy'] is True
+    assert set(result) == {'healthy', 'reason', 'health_s', 'completion_s'}
+    assert isinstance(result['health_s'], float) and isinstance(result['completion_s'], float)
+    assert result['reason'].startswith('ok: /health answered 200')
+
+
+def test_check_hung_engine_is_unhealthy_within_the_deadline(start_server):
+    server = start_server('--model', 'm', '--hang-completions')
+    rc, result, seconds = check(server.url, 'm', '--deadline', '0.6')
+    assert rc == 1
+    assert result['healthy'] is False
+    assert result['reason'] == ('/health answered 200 but a 1-token completion did not answer within 0.6 s '
+                                '(engine hung?)')
+    # The completion had what /health left of the 0.6 s deadline, and the process ends right after.
+    assert 0.55 <= result['health_s'] + result['completion_s'] <= 0.8
+    assert seconds < 2
+
+
+def test_check_runtime_hang_switch(start_server):
+    server = start_server('--model', 'm')
+    assert check(server.url, 'm')[0] == 0
+    server.control(hang_completions=True)
+    rc, result, _seconds = check(server.url, 'm', '--deadline', '0.5')
+    assert rc == 1 and 'engine hung?' in result['reason']
+    server.control(hang_completions=False)
+    assert check(server.url, 'm')[0] == 0
+
+
+def test_check_wrong_model_names_the_served_ones(start_server):
+    server = start_server('--model', 'llama-70b', '--model', 'qwen3-8b')
+    rc, result, _seconds = check(server.url, 'x')
+    assert rc == 1
+    assert result['reason'] == "completion answered 404: model 'x' not served (served: llama-70b, qwen3-8b)"
+
+
+def test_check_connection_refused():
+    port = free_port()
+    rc, result, _seconds = check('http://127.0.0.1:%d' % port, 'm')
+    assert rc == 1
+    assert result['reason'].startswith('GET /health: connection refused by 127.0.0.1:%d' % port)
+    assert result['completion_s'] is None
+
+
+def test_check_health_status(start_server):
+    server = start_server('--model', 'm', '--health-status', '503')
+    rc, result, _seconds = check(server.url, 'm')
+    assert rc == 1
+    assert result['reason'].startswith('GET /health answered 503')
+    assert result['completion_s'] is None
+
+
+def test_check_health_timeout():
+    # A socket that listens but never accepts: the connection opens, nothing answers.
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        sock.listen(8)
+        url = 'http://127.0.0.1:%d' % sock.getsockname()[1]
+        rc, result, seconds = check(url, 'm', '--deadline', '0.5')
+    assert rc == 1
+    assert result['reason'] == 'GET /health timed out after 0.5 s'
+    assert 0.4 <= result['health_s'] <= 0.8
+    assert seconds < 2
+
+
+def test_check_completion_error_status(start_server):
+    server = start_server('--model', 'm', '--fail-status', '500')
+    rc, result, _seconds = check(server.url, 'm')
+    assert rc == 1
+    assert result['reason'] == 'completion answered 500: failure set by the test'
+
+
+def test_check_api_key_is_sent_and_never_printed(start_server, tmp_path):
+    key_file = tmp_path / 'key'
+    key_file.write_text(API_KEY + '\n')
+    server = start_server('--model', 'm', '--api-key-file', str(key_file))
+
+    rc, result, _seconds = check(server.url, 'm')
+    assert rc == 1
+    assert result['reason'].startswith('completion answered 401')
+
+    wrong = tmp_path / 'wrong'
+    wrong.write_text('sk-wrong-key-123456')
+    rc, result, _seconds = check(server.url, 'm', '--api-key-file', str(wrong))
+    assert rc == 1 and 'API key missing or wrong' in result['reason']
+
+    rc, out, err, _seconds = run_health('check', '--url', server.url, '--model', 'm', '--api-key-file', str(key_file))
+    assert rc == 0, out + err
+    assert API_KEY not in out + err
+    # The wrong model path also asks /v1/models with the key: the names come back.
+    rc, out, err, _seconds = run_health('check', '--url', server.url, '--model', 'x', '--api-key-file', str(key_file))
+    assert "(served: m)" in out and API_KEY not in out + err
+
+
+def test_check_unreadable_key_file_is_a_usage_error(tmp_path):
+    rc, out, err, _seconds = run_health('check', '--url', 'http://127.0.0.1:1', '--model', 'm',
+                                        '--api-key-file', str(tmp_path / 'missing'))
+    assert rc == 2 and out == ''
+    assert 'cannot read the API key file' in err
+
+
+def test_check_url_with_v1_suffix(start_server):
+    server = start_server('--model', 'm')
+    assert check(server.url + '/v1/', 'm')[0] == 0
+
+
+# ------------------------------------------------------------------ wait
+
+
+def test_wait_succeeds_when_the_server_comes_up_late(start_server):
+    port = free_port()
+    url = 'http://127.0.0.1:%d' % port
+    waiter = subprocess.Popen([sys.executable, LLM_HEALTH, 'wait', '--url', url, '--model', 'm', '--timeout', '15',
+                               '--interval', '0.1', '--deadline', '2'], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        start_server('--model', 'm', port=port)
+        out, _err = waiter.communicate(timeout=20)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 0, out
+    lines = out.splitlines()
+    assert 'connection refused' in lines[0]
+    assert lines[-1].startswith('healthy after ')
+    elapsed = float(lines[-1].split()[2])
+    assert 0.5 <= elapsed < 5
+
+
+def test_wait_fails_after_the_timeout():
+    url = 'http://127.0.0.1:%d' % free_port()
+    rc, out, _err, seconds = run_health('wait', '--url', url, '--model', 'm', '--timeout', '1', '--interval', '0.2')
+    assert rc == 1
+    last = out.splitlines()[-1]
+    assert last.startswith('not healthy after 1.')
+    assert 'connection refused' in last
+    # Progress is printed once per kind of failure, not once per check.
+    assert len(out.splitlines()) == 2
+    assert 1.0 <= seconds < 3
+
+
+def test_wait_json_and_deadline_cut_to_the_timeout(start_server):
+    server = start_server('--model', 'm', '--hang-completions')
+    rc, out, _err, seconds = run_health('wait', '--url', server.url, '--model', 'm', '--timeout', '1',
+                                        '--deadline', '15', '--json')
+    assert rc == 1
+    result = json.loads(out.splitlines()[-1])
+    assert result['healthy'] is False and 'engine hung?' in result['reason']
+    assert result['attempts'] == 1 and 1.0 <= result['elapsed_s'] < 1.5
+    assert seconds < 3
+
+
+# ------------------------------------------------------------------ watch
+
+
+@pytest.fixture
+def watch_env(tmp_path):
+    """Stand-in systemctl in PATH; returns helpers to set the unit state and run ticks."""
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    show_file = tmp_path / 'systemctl-show'
+    calls = tmp_path / 'systemctl-calls'
+    fake = bin_dir / 'systemctl'
+    fake.write_text('#!/bin/sh\necho "$@" >> "%s"\n'
+                    'if [ "$1" = show ] && [ -f "%s" ]; then cat "%s"; exit 0; fi\n'
+                    'echo "System has not been booted with systemd" >&2; exit 1\n' % (calls, show_file, show_file))
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    env = dict(os.environ, PATH='%s%s%s' % (bin_dir, os.pathsep, os.environ.get('PATH', '')))
+
+    class Watch:
+        restarts_file = tmp_path / 'restarts'
+        state_dir = tmp_path / 'state'
+        config_path = tmp_path / 'engine-a.json'
+        calls_file = calls
+
+        def unit(self, active='active', entered_s_ago=3600.0, load='loaded'):
+            entered = int((time.monotonic() - entered_s_ago) * 1e6)
+            show_file.write_text('LoadState=%s\nActiveState=%s\nSubState=running\n'
+                                 'ActiveEnterTimestampMonotonic=%d\n' % (load, active, entered))
+
+        def no_systemd(self):
+            if show_file.exists():
+                show_file.unlink()
+
+        def configure(self, url, **overrides):
+            config = {'name': 'engine-a', 'url': url, 'model': 'm', 'unit': 'engine-a.service',
+                      'deadline_s': 2, 'state_dir': str(self.state_dir), 'grace_s': 0,
+                      'restart_command': ['sh', '-c', 'echo restart >> "$0"', str(self.restarts_file)]}
+            config.update(overrides)
+            self.config_path.write_text(json.dumps(config))
+
+        def tick(self):
+            rc, out, err, _seconds = run_health('watch', '--config', self.config_path, env=env)
+            return rc, out, err
+
+        def state(self):
+            return json.loads((self.state_dir / 'engine-a.json').read_text())
+
+        def restarts(self):
+            return len(self.restarts_file.read_text().splitlines()) if self.restarts_file.exists() else 0
+
+    watch = Watch()
+    watch.unit()
+    return watch
+
+
+def test_watch_counts_failures_and_restarts_at_the_threshold(start_server, watch_env):
+    server = start_server('--model', 'm', '--fail-status', '500')
+    watch_env.configure(server.url, failures_before_restart=3, backoff_initial_s=30)
+
+    for failure in (1, 2):
+        rc, out, _err = watch_env.tick()
+        assert rc == 1
+        assert 'UNHEALTHY (failure %d of 3): completion answered 500' % failure in out
+        assert len(out.splitlines()) == 1
+        assert watch_env.state()['consecutive_failures'] == failure
+        assert watch_env.restarts() == 0
+
+    rc, out, _err = watch_env.tick()
+    assert rc == 1
+    assert 'failure 3 of 3' in out and 'restart 1; next restart allowed after 30 s' in out
+    assert watch_env.restarts() == 1
+    state = watch_env.state()
+    assert state['restarts'] == 1 and state['consecutive_failures'] == 0
+    assert state['next_allowed_restart'] - state['last_restart'] == pytest.approx(30)
+    assert state['backoff_s'] == 60
+    assert state['last_reason'] == 'completion answered 500: failure set by the test'
+    assert state['last_restart_result'].startswith('ran `sh -c')
+    # The unit state was read with systemctl show.
+    assert 'show --property=LoadState,ActiveState,SubState,ActiveEnterTimestampMonotonic -- engine-a.service' \
+        in watch_env.calls_file.read_text()
+    assert sorted(os.listdir(watch_env.state_dir)) == ['.engine-a.lock', 'engine-a.json']
+
+
+def test_watch_backoff_holds_back_then_allows_the_next_restart(start_server, watch_env):
+    server = start_server('--model', 'm', '--fail-status', '503')
+    watch_env.configure(server.url, failures_before_restart=1, backoff_initial_s=0.5, backoff_max_s=1.5)
+
+    rc, out, _err = watch_env.tick()
+    assert 'restart 1; next restart allowed after 0.5 s' in out
+    first = watch_env.state()
+    assert first['backoff_s'] == 1
+
+    rc, out, _err = watch_env.tick()
+    assert rc == 1 and 'restart held back by backoff for' in out
+    assert watch_env.restarts() == 1
+    assert watch_env.state()['restarts'] == 1
+
+    time.sleep(max(0.0, first['next_allowed_restart'] - time.time()) + 0.05)
+    rc, out, _err = watch_env.tick()
+    assert 'restart 2; next restart allowed after 1.0 s' in out
+    assert watch_env.restarts() == 2
+    second = watch_env.state()
+    assert second['next_allowed_restart'] - second['last_restart'] == pytest.approx(1)
+    assert second['backoff_s'] == 1.5  # 2, capped by backoff_max_s
+
+    time.sleep(max(0.0, second['next_allowed_restart'] - time.time()) + 0.05)
+    rc, out, _err = watch_env.tick()
+    assert 'restart 3; next restart allowed after 1.5 s' in out
+    assert watch_env.state()['backoff_s'] == 1.5
+
+
+def test_watch_success_resets_failures_and_later_the_backoff(start_server, watch_env):
+    server = start_server('--model', 'm')
+    watch_env.configure(server.url, failures_before_restart=2, backoff_initial_s=1, backoff_max_s=8,
+                        backoff_reset_s=0.4)
+    server.control(fail_status=500)
+    watch_env.tick()
+    watch_env.tick()  # restart 1: backoff 1 -> 2
+    watch_env.tick()
+    assert watch_env.state()['consecutive_failures'] == 1
+
+    server.control(fail_status=0)
+    rc, out, _err = watch_env.tick()
+    assert rc == 0 and out.startswith('engine-a: healthy (/health ')
+    state = watch_env.state()
+    assert state['consecutive_failures'] == 0 and state['backoff_s'] == 2
+    assert state['healthy_since'] == state['last_healthy']
+
+    time.sleep(0.45)
+    rc, out, _err = watch_env.tick()
+    assert 'backoff back to 1.0 s' in out
+    assert watch_env.state()['backoff_s'] == 1
+
+    server.control(fail_status=500)
+    rc, out, _err = watch_env.tick()
+    assert 'failure 1 of 2' in out
+    assert watch_env.state()['healthy_since'] is None
+    assert watch_env.restarts() == 1
+
+
+def test_watch_grace_after_the_unit_started(start_server, watch_env):
+    server = start_server('--model', 'm', '--fail-status', '500')
+    watch_env.configure(server.url, failures_before_restart=1, grace_s=60)
+    watch_env.unit(entered_s_ago=1)
+    rc, out, _err = watch_env.tick()
+    assert rc == 0
+    assert 'not counted, engine-a.service became active 1.' in out and '(grace 60 s)' in out
+    assert watch_env.state()['consecutive_failures'] == 0 and watch_env.restarts() == 0
+
+    watch_env.unit(entered_s_ago=61)
+    rc, out, _err = watch_env.tick()
+    assert rc == 1 and watch_env.restarts() == 1
+
+
+@pytest.mark.parametrize('active', ['activating', 'inactive', 'failed'])
+def test_watch_does_not_judge_a_unit_that_is_not_active(watch_env, active):
+    watch_env.configure('http://127.0.0.1:%d' % free_port(), failures_before_restart=1)
+    watch_env.unit(active=active)
+    rc, out, _err = watch_env.tick()
+    assert rc == 0
+    assert out.strip() == 'engine-a: not checked, engine-a.service is %s (running)' % active
+    assert watch_env.restarts() == 0 and watch_env.state()['consecutive_failures'] == 0
+
+
+def test_watch_unknown_unit_is_a_configuration_error(watch_env):
+    watch_env.configure('http://127.0.0.1:1')
+    watch_env.unit(active='inactive', load='not-found')
+    rc, out, err = watch_env.tick()
+    assert rc == 2 and out == ''
+    assert 'unit engine-a.service is not known to systemd' in err
+
+
+def test_watch_without_systemd_checks_anyway(start_server, watch_env):
+    server = start_server('--model', 'm')
+    watch_env.configure(server.url)
+    watch_env.no_systemd()
+    rc, out, _err = watch_env.tick()
+    assert rc == 0
+    assert out.startswith('engine-a: healthy') and '[unit state unknown: systemctl show answered rc 1' in out
+
+
+def test_watch_failing_restart_command_is_recorded(start_server, watch_env):
+    server = start_server('--model', 'm', '--hang-completions')
+    watch_env.configure(server.url, failures_before_restart=1, deadline_s=0.3,
+                        restart_command=['sh', '-c', 'echo "Unit engine-a.service is masked." >&2; exit 1'])
+    rc, out, _err = watch_env.tick()
+    assert rc == 1
+    assert 'engine hung?' in out
+    assert 'failed (rc 1): Unit engine-a.service is masked.' in out
+    state = watch_env.state()
+    assert state['restarts'] == 1 and 'failed (rc 1)' in state['last_restart_result']
+
+
+def test_watch_api_key_never_in_output_or_state(start_server, watch_env, tmp_path):
+    key_file = tmp_path / 'key'
+    key_file.write_text(API_KEY)
+    server = start_server('--model', 'm', '--api-key-file', str(key_file))
+    watch_env.configure(server.url, api_key_file=str(key_file))
+    rc, out, err = watch_env.tick()
+    assert rc == 0, out + err
+    wrong = tmp_path / 'wrong'
+    wrong.write_text('sk-other-key-98765')
+    watch_env.configure(server.url, api_key_file=str(wrong))
+    rc, out, err = watch_env.tick()
+    assert rc == 1 and 'completion answered 401' in out
+    state_text = (watch_env.state_dir / 'engine-a.json').read_text()
+    for secret in (API_KEY, 'sk-other-key-98765'):
+        assert secret not in out + err + state_text
+
+
+def test_watch_unreadable_state_starts_afresh(start_server, watch_env):
+    server = start_server('--model', 'm')
+    watch_env.configure(server.url)
+    watch_env.state_dir.mkdir()
+    (watch_env.state_dir / 'engine-a.json').write_text('{not json')
+    rc, out, _err = watch_env.tick()
+    assert rc == 0 and 'unreadable' in out and 'starting afresh' in out
+    assert watch_env.state()['consecutive_failures'] == 0
+    assert not [name for name in os.listdir(watch_env.state_dir) if name.endswith('.tmp')]
+
+
+def test_watch_bad_config_is_a_usage_error(watch_env):
+    watch_env.configure('http://127.0.0.1:1', failures_before_restat=2)
+    rc, out, err = watch_env.tick()
+    assert rc == 2 and out == ''
+    assert 'unknown key(s) failures_before_restat' in err
+
+
+# ------------------------------------------------------------------ configuration (in-process)
+
+
+def _write_config(tmp_path, **values):
+    path = tmp_path / 'c.json'
+    path.write_text(json.dumps(values))
+    return str(path)
+
+
+def test_config_defaults_and_numbers_templated_as_strings(tmp_path):
+    config = llm_health.load_watch_config(_write_config(
+        tmp_path, name='vllm-main', url='http://127.0.0.1:8001/', model='m', unit='vllm-main.service',
+        deadline_s='20', failures_before_restart='3', backoff_initial_s=60))
+    assert config['url'] == 'http://127.0.0.1:8001'
+    assert config['deadline_s'] == 20.0 and config['failures_before_restart'] == 3
+    assert config['backoff_max_s'] == 900 and config['backoff_reset_s'] == 900
+    assert config['grace_s'] == 600 and config['state_dir'] == '/var/lib/llm-server/health'
+    assert config['restart_command'] == ['systemctl', 'restart', 'vllm-main.service']
+
+
+@pytest.mark.parametrize('values, message', [
+    ({'unit': None}, 'missing required key(s) unit'),
+    ({'name': '../x'}, 'name'),
+    ({'url': 'ftp://h'}, 'is not an http:// or https:// URL'),
+    ({'failures_before_restart': 0}, 'failures_before_restart must be at least 1'),
+    ({'failures_before_restart': 1.5}, 'must be a whole number'),
+    ({'deadline_s': True}, 'deadline_s must be a number'),
+    ({'backoff_initial_s': 60, 'backoff_max_s': 30}, 'backoff_max_s (30.0) must not be below'),
+    ({'restart_command': 'systemctl restart x'}, 'restart_command must be a non-empty list'),
+])
+def test_config_errors(tmp_path, values, message):
+    base = {'name': 'a', 'url': 'http://127.0.0.1:8001', 'model': 'm', 'unit': 'a.service'}
+    base.update(values)
+    with pytest.raises(llm_health.ConfigError) as info:
+        llm_health.load_watch_config(_write_config(tmp_path, **base))
+    assert message in str(info.value)
