@@ -46,6 +46,7 @@ def test_table_is_the_pinned_release_from_the_real_parser(table):
     assert table['vllm_version'] == PINNED
     assert table['image'] == 'vllm/vllm-openai:v' + PINNED
     assert table['generated_by'].startswith('argparse:')
+    assert table['generated_by'].endswith('renderings parsed back by that parser')
     assert table['flag_count'] == len(table['options']) > 300
     assert table['positionals'] == ['model_tag']
 
@@ -123,8 +124,8 @@ def test_version_with_v_prefix_and_default_newest(tmp_path, table):
 
 
 def test_malformed_table_is_refused(tmp_path):
-    (tmp_path / 'cli-1.0.0.json').write_text(json.dumps({'vllm_version': '1.0.0', 'generated_by': 'x',
-                                                          'options': [{'flag': '--x'}]}))
+    malformed = {'vllm_version': '1.0.0', 'generated_by': 'x', 'options': [{'flag': '--x'}]}
+    (tmp_path / 'cli-1.0.0.json').write_text(json.dumps(malformed))
     with pytest.raises(ValueError, match='malformed option'):
         vllm_args.load_table(str(tmp_path), '1.0.0')
     with pytest.raises(ValueError, match='no vLLM CLI tables'):
