@@ -10,6 +10,14 @@ BUILD := build
 NVML_DOUBLE := $(BUILD)/nvml/libnvidia-ml.so.1
 WHEELS := $(BUILD)/wheels
 IMAGE_FILE := $(BUILD)/test-image
+# llama.cpp comes from the llama-cpp-python sdist on PyPI, which vendors its
+# full source; LLAMACPP_COMMIT is the llama.cpp commit that sdist vendors
+# (the build checks it) and names the archive, so a new pin builds anew.
+LLAMACPP_SDIST_VERSION := 0.3.36
+LLAMACPP_SDIST_SHA256 := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMACPP_COMMIT := 0c1e570
+LLAMACPP_ARCHIVE := $(BUILD)/llamacpp/llama.cpp-$(LLAMACPP_COMMIT)-linux-$(shell uname -m)-cpu.tar.gz
+TINY_MODEL := $(BUILD)/models/tiny-chat.gguf
 SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -60,6 +68,26 @@ $(WHEELS)/.done: requirements.txt | venv
 .PHONY: wheels
 wheels: $(WHEELS)/.done
 
+# Prebuilt CPU llama-server for the llamacpp role and the serving tests. The
+# build takes about 11 minutes on 2 CPUs, so an existing archive is kept even
+# when the build scripts change (make clean, or delete it, to rebuild).
+$(LLAMACPP_ARCHIVE): | venv host
+	mkdir -p $(@D)
+	bash scripts/build-llamacpp.sh $(LLAMACPP_SDIST_VERSION) $(LLAMACPP_SDIST_SHA256) $(LLAMACPP_COMMIT) $@
+
+.PHONY: llamacpp
+# Stable names for the scenarios and the demo: the archive and its version.
+llamacpp: $(LLAMACPP_ARCHIVE)
+	ln -sfn $(notdir $(LLAMACPP_ARCHIVE)) $(BUILD)/llamacpp/llama-server-cpu.tar.gz
+	echo $(LLAMACPP_COMMIT) > $(BUILD)/llamacpp/llama-server-cpu.version
+
+# A tiny random-weight chat model, generated, never downloaded (tests/gguf_model).
+$(TINY_MODEL): tests/gguf_model/make_tiny_model.py | venv
+	$(BIN)/python tests/gguf_model/make_tiny_model.py $@
+
+.PHONY: tiny-model
+tiny-model: $(TINY_MODEL)
+
 .PHONY: image
 image: host
 	mkdir -p $(BUILD)
@@ -75,11 +103,11 @@ sanity: venv
 	bash scripts/sanity.sh
 
 .PHONY: unit
-unit: venv host
+unit: venv host llamacpp tiny-model
 	$(BIN)/pytest tests/unit
 
 .PHONY: molecule
-molecule: venv image nvml-double wheels nvidia-repo
+molecule: venv image nvml-double wheels nvidia-repo llamacpp tiny-model
 	export LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)); \
 	for s in $(SCENARIOS); do \
 	  echo "=== molecule scenario $$s ==="; \
@@ -95,7 +123,7 @@ test: venv host lint sanity unit galaxy molecule
 	@echo "make test: all checks passed"
 
 .PHONY: demo
-demo: venv image nvml-double wheels nvidia-repo
+demo: venv image nvml-double wheels nvidia-repo llamacpp tiny-model
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) bash scripts/demo.sh
 
 .PHONY: bench

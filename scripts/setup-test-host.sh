@@ -2,11 +2,12 @@
 # Prepare a fresh Debian 12 machine to run the test suite: podman with runc
 # and the cgroupfs manager (crun fails on hybrid cgroups), explicit ulimits
 # (rootful podman cannot raise them above the host's), debootstrap for the
-# locally built image, gcc for the NVML test double.
+# locally built image, gcc for the NVML test double, g++, cmake and git for
+# llama-server (scripts/build-llamacpp.sh).
 set -euo pipefail
 
 need=()
-for pkg in podman runc debootstrap gcc make python3-venv rsync shellcheck apt-utils gnupg; do
+for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

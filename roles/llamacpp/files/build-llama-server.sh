@@ -76,7 +76,7 @@ options=(
   -DCMAKE_BUILD_TYPE=Release
   # ggml and llama linked into the binary: one file to install, no rpath.
   -DBUILD_SHARED_LIBS=OFF
-  # Portable: AVX2/FMA/F16C (x86-64-v3) rather than the build machine's CPU.
+  # Portable (on x86-64: AVX2, FMA, F16C) rather than tuned to the build machine's CPU.
   -DGGML_NATIVE=OFF
   # The web UI is otherwise downloaded at build time; the API does not need it.
   -DLLAMA_BUILD_UI=OFF
@@ -98,7 +98,7 @@ cmake --build "$build_dir" --target llama-server -j "$jobs"
 
 mkdir -p "$prefix/bin"
 install -m 0755 "$build_dir/bin/llama-server" "$prefix/bin/llama-server"
-# key=value lines; the role compares them to decide whether to rebuild.
+# key=value lines: what this binary was built from, for the role and for people.
 cat > "$prefix/VERSION" <<EOF
 version=${version:-unknown}
 commit=${commit:-unknown}
