@@ -64,3 +64,37 @@ in_host "docker info --format '{{json .Runtimes}}' | python3 -c 'import json,sys
 echo "nvidia-persistenced: $(podman exec "$name" systemctl is-enabled nvidia-persistenced 2>&1)," \
   "$(podman exec "$name" systemctl is-active nvidia-persistenced 2>&1)" \
   "(it starts once the new driver's kernel module is loaded, i.e. after the reboot the play asked for)"
+
+# What the planner says for this machine, before anything is downloaded.
+echo
+echo "Capacity plan for the GPUs NVML reports on $name"
+echo "------------------------------------------------------------------------------"
+ansible-playbook -i inventories/demo playbooks/plan.yml \
+  -e '{"plan_models": ["qwen3-32b", "qwen2.5-72b-instruct"]}' 2>&1 \
+  | sed -n 's/^ *"\(.*\)",\{0,1\}$/  \1/p'
+
+echo
+echo "Engines on $name"
+echo "------------------------------------------------------------------------------"
+in_host "systemctl list-units --all --no-legend --plain 'vllm-*' 'llamacpp-*' | awk '{print \$1, \$3, \$4}'"
+echo "vLLM units are written and checked but stopped (simulated GPUs); their command line:"
+in_host "systemctl show vllm-qwen3-32b-gpu0.service -p ExecStart --value | sed 's/.*argv\[\]=//; s/ ;.*//' | fold -w 100"
+
+# The end of the road: a real chat completion from the engine in the container.
+echo
+echo "A chat completion answered by llama-server (tiny generated model) on $name"
+echo "------------------------------------------------------------------------------"
+podman exec "$name" python3 - <<'PY'
+import json, time, urllib.request
+body = {'model': 'tiny-chat', 'messages': [{'role': 'user', 'content': 'Hello, who are you?'}], 'max_tokens': 12}
+request = urllib.request.Request('http://127.0.0.1:8101/v1/chat/completions', data=json.dumps(body).encode(),
+                                 headers={'Content-Type': 'application/json'})
+started = time.monotonic()
+with urllib.request.urlopen(request, timeout=30) as response:
+    answer = json.load(response)
+print('  POST /v1/chat/completions %s' % json.dumps(body))
+print('  -> %r' % answer['choices'][0]['message']['content'])
+print('  model %s, %s prompt + %s completion tokens, %.0f ms' % (
+    answer['model'], answer['usage']['prompt_tokens'], answer['usage']['completion_tokens'],
+    (time.monotonic() - started) * 1000))
+PY
