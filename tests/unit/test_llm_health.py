@@ -328,6 +328,7 @@ def test_watch_counts_failures_and_restarts_at_the_threshold(start_server, watch
     assert state['backoff_s'] == 60
     assert state['last_reason'] == 'completion answered 500: failure set by the test'
     assert state['last_restart_result'].startswith('ran `sh -c')
+    assert state['last_restart_reason'] == 'completion answered 500: failure set by the test'
     # The unit state was read with systemctl show.
     assert 'show --property=LoadState,ActiveState,SubState,ActiveEnterTimestampMonotonic -- engine-a.service' \
         in watch_env.calls_file.read_text()

@@ -445,6 +445,7 @@ def _new_state(config, backoff_s):
         'last_restart': None,
         'next_allowed_restart': None,
         'last_restart_result': None,
+        'last_restart_reason': None,
         'last_check': None,
         'last_healthy': None,
         'healthy_since': None,
@@ -594,6 +595,7 @@ def _tick(config, api_key, state, now):
     state['next_allowed_restart'] = now + window
     state['backoff_s'] = min(window * 2, config['backoff_max_s'])
     state['last_restart_result'] = outcome
+    state['last_restart_reason'] = reason
     state['consecutive_failures'] = 0
     return EXIT_UNHEALTHY, line + '; %s (restart %d; next restart allowed after %s)%s' % (
         outcome, state['restarts'], _seconds(window), suffix)
