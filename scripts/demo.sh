@@ -70,13 +70,13 @@ echo
 echo "Capacity plan for the GPUs NVML reports on $name"
 echo "------------------------------------------------------------------------------"
 ansible-playbook -i inventories/demo playbooks/plan.yml \
-  -e '{"plan_models": ["qwen3-32b", "qwen2.5-72b-instruct"]}' 2>&1 \
-  | sed -n 's/^ *"\(.*\)",\{0,1\}$/  \1/p'
+  -e '{"plan_models": ["qwen3-32b", "qwen2.5-72b-instruct"]}' -e "plan_report_dir=$reports" >/dev/null
+sed 's/^/  /' "$reports/llm-demo-capacity.txt"
 
 echo
 echo "Engines on $name"
 echo "------------------------------------------------------------------------------"
-in_host "systemctl list-units --all --no-legend --plain 'vllm-*' 'llamacpp-*' | awk '{print \$1, \$3, \$4}'"
+in_host "for unit in \$(systemctl list-unit-files --no-legend 'vllm-*' 'llamacpp-*' | awk '{print \$1}'); do echo \"\$unit \$(systemctl is-active \$unit)\"; done"
 echo "vLLM units are written and checked but stopped (simulated GPUs); their command line:"
 in_host "systemctl show vllm-qwen3-32b-gpu0.service -p ExecStart --value | sed 's/.*argv\[\]=//; s/ ;.*//' | fold -w 100"
 
@@ -84,7 +84,7 @@ in_host "systemctl show vllm-qwen3-32b-gpu0.service -p ExecStart --value | sed '
 echo
 echo "A chat completion answered by llama-server (tiny generated model) on $name"
 echo "------------------------------------------------------------------------------"
-podman exec "$name" python3 - <<'PY'
+podman exec -i "$name" python3 - <<'PY'
 import json, time, urllib.request
 body = {'model': 'tiny-chat', 'messages': [{'role': 'user', 'content': 'Hello, who are you?'}], 'max_tokens': 12}
 request = urllib.request.Request('http://127.0.0.1:8101/v1/chat/completions', data=json.dumps(body).encode(),
