@@ -103,3 +103,52 @@ def run_gpu_facts(nvml_env, tmp_path):
                                  % (proc.returncode, proc.stdout, proc.stderr))
         return proc.returncode, result, proc.stderr
     return run
+
+
+# Runs a (trusted) template through Ansible's own Templar with the collection loaded
+# from this checkout, in a subprocess so the plugin loader starts clean.
+_RENDER = r'''
+import json, sys
+from ansible.plugins.loader import init_plugin_loader
+init_plugin_loader([sys.argv[1]])
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from ansible.errors import AnsibleError
+variables = json.loads(sys.argv[3])
+try:
+    value = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(sys.argv[2]))
+    print(json.dumps({'value': value}))
+except AnsibleError as exc:
+    print(json.dumps({'error': str(exc)}))
+'''
+
+
+@pytest.fixture
+def render(collection_root):
+    """render(template, **variables) -> {'value': ...} or {'error': message}, through Ansible's Templar."""
+    def run(template, **variables):
+        proc = subprocess.run([sys.executable, '-c', _RENDER, collection_root, template, json.dumps(variables)],
+                              capture_output=True, text=True, timeout=60, check=False, cwd=REPO_ROOT)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run
+
+
+@pytest.fixture
+def module_runner(collection_root, tmp_path):
+    """module_runner(name, args, check_mode=False, diff=False) -> (rc, result): plugins/modules/<name>.py run as Ansible does."""
+    def run(name, args, check_mode=False, diff=False):
+        module_args = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff, _ansible_tmpdir=str(tmp_path))
+        args_file = tmp_path / 'args.json'
+        args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': module_args}))
+        env = dict(os.environ)
+        env['PYTHONPATH'] = os.pathsep.join(filter(None, [collection_root, env.get('PYTHONPATH')]))
+        module = os.path.join(REPO_ROOT, 'plugins', 'modules', name + '.py')
+        proc = subprocess.run([sys.executable, module, str(args_file)], cwd=str(tmp_path), env=env,
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert proc.stdout, 'no output, stderr: %s' % proc.stderr
+        try:
+            return proc.returncode, json.loads(proc.stdout)
+        except ValueError as exc:
+            raise AssertionError('not JSON: %r / stderr %r' % (proc.stdout, proc.stderr)) from exc
+    return run

@@ -5,43 +5,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-import pytest
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-
-# Runs a (trusted) template through Ansible's own Templar with the collection loaded
-# from this checkout, in a subprocess so the plugin loader starts clean.
-_RENDER = r'''
-import json, sys
-from ansible import constants as C
-from ansible.plugins.loader import init_plugin_loader
-init_plugin_loader([sys.argv[1]])
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
-from ansible.errors import AnsibleError
-variables = json.loads(sys.argv[3])
-try:
-    value = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(sys.argv[2]))
-    print(json.dumps({'value': value}))
-except AnsibleError as exc:
-    print(json.dumps({'error': str(exc)}))
-'''
-
-
-@pytest.fixture
-def render(collection_root):
-    def run(template, **variables):
-        proc = subprocess.run([sys.executable, '-c', _RENDER, collection_root, template, json.dumps(variables)],
-                              capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    return run
-
 
 VERSIONS = {'12.8': {'driver_branch': 570}, '13.0': {'driver_branch': 580}}
 

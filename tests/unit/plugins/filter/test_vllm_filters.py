@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 # The ansible command beside this interpreter (the venv's), else the one on PATH.
@@ -18,22 +17,6 @@ ANSIBLE = os.path.join(os.path.dirname(sys.executable), 'ansible')
 if not os.path.exists(ANSIBLE):
     ANSIBLE = 'ansible'
 
-# Runs a (trusted) template through Ansible's own Templar with the collection loaded
-# from this checkout, in a subprocess so the plugin loader starts clean.
-_RENDER = r'''
-import json, sys
-from ansible.plugins.loader import init_plugin_loader
-init_plugin_loader([sys.argv[1]])
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
-from ansible.errors import AnsibleError
-variables = json.loads(sys.argv[3])
-try:
-    value = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(sys.argv[2]))
-    print(json.dumps({'value': value}))
-except AnsibleError as exc:
-    print(json.dumps({'error': str(exc)}))
-'''
 
 OPTIONS = {
     'max_model_len': 32768,
@@ -44,16 +27,6 @@ OPTIONS = {
 ARGV = ['--enable-prefix-caching', '--max-model-len', '32768',
         '--speculative-config', '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4}',
         '--tensor-parallel-size', '2']
-
-
-@pytest.fixture
-def render(collection_root):
-    def run(template, **variables):
-        proc = subprocess.run([sys.executable, '-c', _RENDER, collection_root, template, json.dumps(variables)],
-                              capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    return run
 
 
 def test_engine_args_render(render):

@@ -25,19 +25,8 @@ CARD_BY_HAND = {'name': 'RTX PRO 6000 by hand', 'memory_gib': 96, 'memory_bandwi
 
 
 @pytest.fixture
-def run_module(collection_root, tmp_path):
-    def _run(args):
-        args_file = tmp_path / 'args.json'
-        args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
-        env = dict(os.environ)
-        env['PYTHONPATH'] = os.pathsep.join(filter(None, [collection_root, env.get('PYTHONPATH')]))
-        proc = subprocess.run([sys.executable, MODULE, str(args_file)], cwd=str(tmp_path), env=env,
-                              capture_output=True, text=True, check=False, timeout=120)
-        try:
-            return proc.returncode, json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError('not JSON: %r / stderr %r' % (proc.stdout, proc.stderr))
-    return _run
+def run_module(module_runner):
+    return lambda args, **kwargs: module_runner('capacity_plan', args, **kwargs)
 
 
 def test_module_plans_with_specs_by_hand(run_module):

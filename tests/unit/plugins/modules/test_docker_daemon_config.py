@@ -6,15 +6,10 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
-import subprocess
-import sys
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-MODULE = os.path.join(REPO, 'plugins', 'modules', 'docker_daemon_config.py')
 SETTINGS = {
     'runtimes': {'nvidia': {'path': '/usr/bin/nvidia-container-runtime', 'runtimeArgs': []}},
     'log-driver': 'json-file',
@@ -23,21 +18,8 @@ SETTINGS = {
 
 
 @pytest.fixture
-def run_module(collection_root, tmp_path):
-    def run(args, check_mode=False, diff=False):
-        payload = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff, _ansible_tmpdir=str(tmp_path))
-        args_file = tmp_path / 'args.json'
-        args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': payload}))
-        env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-        env['PYTHONPATH'] = collection_root
-        proc = subprocess.run([sys.executable, MODULE, str(args_file)], cwd=str(tmp_path), env=env,
-                              capture_output=True, text=True, timeout=60, check=False)
-        try:
-            return proc.returncode, json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError('module printed no JSON (rc %d)\nstdout:\n%s\nstderr:\n%s'
-                                 % (proc.returncode, proc.stdout, proc.stderr))
-    return run
+def run_module(module_runner):
+    return lambda args, **kwargs: module_runner('docker_daemon_config', args, **kwargs)
 
 
 @pytest.fixture

@@ -5,10 +5,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -18,24 +15,8 @@ TREES = os.path.join(REPO, 'tests', 'sysfs', 'driver')
 
 
 @pytest.fixture
-def run_module(collection_root, tmp_path):
-    def _run(args, check_mode=False):
-        module_args = dict(args)
-        if check_mode:
-            module_args['_ansible_check_mode'] = True
-        args_file = tmp_path / 'args.json'
-        args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': module_args}))
-        env = dict(os.environ)
-        env['PYTHONPATH'] = os.pathsep.join(filter(None, [collection_root, env.get('PYTHONPATH')]))
-        proc = subprocess.run([sys.executable, MODULE, str(args_file)], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False, timeout=120)
-        assert proc.stdout, 'no output, stderr: %s' % proc.stderr.decode()
-        try:
-            result = json.loads(proc.stdout.decode())
-        except ValueError:
-            raise AssertionError('not JSON: %r / stderr %r' % (proc.stdout, proc.stderr))
-        return proc.returncode, result
-    return _run
+def run_module(module_runner):
+    return lambda args, **kwargs: module_runner('nvidia_driver_state', args, **kwargs)
 
 
 def tree_args(case, **extra):
