@@ -3,7 +3,8 @@
 
     python3 tests/openai_server/openai_test_server.py --port 0 --model NAME [--model OTHER]
         [--name backend-a] [--tokens 16] [--first-token-delay 0] [--inter-token-delay 0]
-        [--hang-completions] [--fail-status 0] [--health-status 200] [--api-key-file F] [--verbose]
+        [--cut-stream-after 0] [--hang-completions] [--fail-status 0] [--health-status 200]
+        [--api-key-file F] [--verbose]
 
 It prints "listening on http://HOST:PORT" once it accepts connections (--port 0
 picks a free port). Endpoints: GET /health, GET /v1/models, POST /v1/completions,
@@ -33,6 +34,7 @@ CONTROL_KEYS = {
     'tokens': int,
     'first_token_delay': float,
     'inter_token_delay': float,
+    'cut_stream_after': int,
 }
 
 
@@ -45,7 +47,8 @@ class Behaviour:
         self.api_key = api_key
         self.lock = threading.Lock()
         self.settings = {'hang_completions': False, 'fail_status': 0, 'health_status': 200,
-                         'tokens': 16, 'first_token_delay': 0.0, 'inter_token_delay': 0.0}
+                         'tokens': 16, 'first_token_delay': 0.0, 'inter_token_delay': 0.0,
+                         'cut_stream_after': 0}
         self.settings.update(settings)
         # Set while completions may proceed; cleared while they hang.
         self.released = threading.Event()
@@ -301,6 +304,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(event([{'index': 0, 'delta': {'role': 'assistant', 'content': ''},
                                      'logprobs': None, 'finish_reason': None}]))
         for index in range(answer['count']):
+            if settings['cut_stream_after'] and index == settings['cut_stream_after']:
+                # A crashed engine or proxy: the connection closes mid-stream, with no [DONE].
+                self.close_connection = True
+                return
             time.sleep(settings['first_token_delay'] if index == 0 else settings['inter_token_delay'])
             text = token_text(self.server.behaviour.name, index)
             last = index == answer['count'] - 1
@@ -352,6 +359,8 @@ def _parser():
     parser.add_argument('--tokens', type=int, default=16, help='tokens per completion (max_tokens lowers it)')
     parser.add_argument('--first-token-delay', type=float, default=0.0, help='seconds before the first token')
     parser.add_argument('--inter-token-delay', type=float, default=0.0, help='seconds between tokens')
+    parser.add_argument('--cut-stream-after', type=int, default=0,
+                        help='streams close their connection after this many tokens (0: never)')
     parser.add_argument('--hang-completions', action='store_true', help='completions never answer; /health stays 200')
     parser.add_argument('--fail-status', type=int, default=0, help='completions answer this status (0: they work)')
     parser.add_argument('--health-status', type=int, default=200, help='status of GET /health')
@@ -369,7 +378,8 @@ def main(argv=None):
     server = make_server(args.host, args.port, args.model or ['test-model'], args.name, api_key, args.verbose,
                          tokens=args.tokens, first_token_delay=args.first_token_delay,
                          inter_token_delay=args.inter_token_delay, hang_completions=args.hang_completions,
-                         fail_status=args.fail_status, health_status=args.health_status)
+                         fail_status=args.fail_status, health_status=args.health_status,
+                         cut_stream_after=args.cut_stream_after)
     host, port = server.server_address[:2]
     sys.stdout.write('listening on http://%s:%d\n' % (host if ':' not in host else '[%s]' % host, port))
     sys.stdout.flush()
