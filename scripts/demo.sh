@@ -80,21 +80,48 @@ in_host "for unit in \$(systemctl list-unit-files --no-legend 'vllm-*' 'llamacpp
 echo "vLLM units are written and checked but stopped (simulated GPUs); their command line:"
 in_host "systemctl show vllm-qwen3-32b-gpu0.service -p ExecStart --value | sed 's/.*argv\[\]=//; s/ ;.*//' | fold -w 100"
 
-# The end of the road: a real chat completion from the engine in the container.
+# The front door: nginx on 443 with a self-signed certificate and an API key
+# (generated on the controller into build/demo-api-key). Clients on the LAN
+# use the same URL; the engines themselves listen on 127.0.0.1 only.
+podman exec -i "$name" sh -c 'umask 077; cat > /root/.llm-api-key' < build/demo-api-key
+
 echo
-echo "A chat completion answered by llama-server (tiny generated model) on $name"
+echo "A chat completion through nginx over TLS, answered by llama-server (tiny generated model) on $name"
 echo "------------------------------------------------------------------------------"
 podman exec -i "$name" python3 - <<'PY'
-import json, time, urllib.request
+import json, ssl, time, urllib.error, urllib.request
+url = 'https://llm-demo/v1/chat/completions'
+context = ssl.create_default_context(cafile='/etc/llm-server/tls/proxy.crt')
+key = open('/root/.llm-api-key').read().strip()
 body = {'model': 'tiny-chat', 'messages': [{'role': 'user', 'content': 'Hello, who are you?'}], 'max_tokens': 12}
-request = urllib.request.Request('http://127.0.0.1:8101/v1/chat/completions', data=json.dumps(body).encode(),
-                                 headers={'Content-Type': 'application/json'})
+
+
+def post(headers):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers=dict({'Content-Type': 'application/json'}, **headers))
+    return urllib.request.urlopen(request, timeout=30, context=context)
+
+
+try:
+    post({})
+except urllib.error.HTTPError as error:
+    print('  without an API key: HTTP %s %s' % (error.code, json.load(error)['error']['message']))
 started = time.monotonic()
-with urllib.request.urlopen(request, timeout=30) as response:
+with post({'Authorization': 'Bearer ' + key}) as response:
     answer = json.load(response)
-print('  POST /v1/chat/completions %s' % json.dumps(body))
+print('  POST %s %s' % (url, json.dumps(body)))
 print('  -> %r' % answer['choices'][0]['message']['content'])
 print('  model %s, %s prompt + %s completion tokens, %.0f ms' % (
     answer['model'], answer['usage']['prompt_tokens'], answer['usage']['completion_tokens'],
     (time.monotonic() - started) * 1000))
 PY
+
+# Last, the figures: the collection's load benchmark through the same door.
+echo
+echo "Load benchmark through nginx over TLS: llm-bench on $name, 64 streamed requests, 4 at a time"
+echo "------------------------------------------------------------------------------"
+podman exec "$name" llm-bench --url https://llm-demo --model tiny-chat \
+  --api-key-file /root/.llm-api-key --ca-file /etc/llm-server/tls/proxy.crt \
+  --requests 64 --concurrency 4 --prompt-tokens 32 --max-tokens 16 --json /root/demo-bench.json | sed 's/^/  /'
+podman cp "$name:/root/demo-bench.json" "$reports/llm-demo-bench.json"
+echo "  JSON: $reports/llm-demo-bench.json"
