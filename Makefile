@@ -27,7 +27,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 help:
 	@echo "make test   install what is needed, then lint, sanity, unit tests and Molecule scenarios"
 	@echo "make demo   run playbooks/site.yml against a disposable container with two simulated GPUs"
-	@echo "make bench  measure gpu_facts, preflight and the driver/toolkit/runtime roles (docs/benchmarks.md)"
+	@echo "make bench  measure gpu_facts, preflight, the driver/toolkit/runtime roles, llm-bench and the proxy (docs/benchmarks.md)"
 
 # Python tooling, rebuilt when requirements.txt changes.
 $(BIN)/.installed: requirements.txt
@@ -130,6 +130,8 @@ demo: venv image nvml-double wheels nvidia-repo llamacpp tiny-model
 bench: venv image nvml-double wheels nvidia-repo
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/foundation.py
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/runtime_roles.py
+	$(BIN)/python benchmarks/loadbench_ceiling.py
+	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/front_door.py
 
 .PHONY: build
 build: venv
