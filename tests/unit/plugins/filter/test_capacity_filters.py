@@ -42,14 +42,10 @@ TARGET_GPUS = [
 
 
 @pytest.fixture(scope='module')
-def render(tmp_path_factory):
-    root = tmp_path_factory.mktemp('collections')
-    namespace = root / 'ansible_collections' / 'homelab'
-    namespace.mkdir(parents=True)
-    (namespace / 'llm_server').symlink_to(REPO, target_is_directory=True)
-
+def render(collection_root):
+    """Several templates in one Templar process (conftest's render takes one)."""
     def run(*templates, **variables):
-        proc = subprocess.run([sys.executable, '-c', _RENDER, str(root)], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, '-c', _RENDER, collection_root], capture_output=True, text=True,
                               input=json.dumps({'templates': list(templates), 'variables': variables}),
                               timeout=120, check=False, cwd=REPO)
         assert proc.returncode == 0, proc.stderr
