@@ -32,6 +32,12 @@ import glob
 import os
 import re
 
+from ansible_collections.homelab.llm_server.plugins.module_utils._hostfs import (
+    list_dir,
+    read_int,
+    read_value,
+)
+
 AMD_VENDOR_ID = 0x1002
 
 _CARD_RE = re.compile(r'^card\d+$')
@@ -39,25 +45,6 @@ _PCI_ADDR_RE = re.compile(r'^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-
 _DPM_LINE_RE = re.compile(r'^\s*\d+:\s*(\d+)\s*[Mm][Hh][Zz]\s*(\*)?\s*$')
 # GT/s per lane -> PCIe generation
 _LINK_SPEEDS = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6))
-
-
-def _read_text(path):
-    try:
-        with open(path, 'rb') as handle:
-            value = handle.read().decode('utf-8', 'replace').strip()
-    except (OSError, IOError):
-        return None
-    return value or None
-
-
-def _read_int(path, base=10):
-    text = _read_text(path)
-    if text is None:
-        return None
-    try:
-        return int(text, base)
-    except ValueError:
-        return None
 
 
 def link_speed_to_gen(text):
@@ -79,7 +66,7 @@ def link_speed_to_gen(text):
 
 def _uevent(device):
     values = {}
-    text = _read_text(os.path.join(device, 'uevent')) or ''
+    text = read_value(os.path.join(device, 'uevent')) or ''
     for line in text.splitlines():
         key, sep, value = line.partition('=')
         if sep:
@@ -100,7 +87,7 @@ def _pci_bus_id(device):
 def _hwmon_dir(device):
     candidates = sorted(glob.glob(os.path.join(device, 'hwmon', 'hwmon*')))
     for path in candidates:
-        if _read_text(os.path.join(path, 'name')) == 'amdgpu':
+        if read_value(os.path.join(path, 'name')) == 'amdgpu':
             return path
     for path in candidates:
         if glob.glob(os.path.join(path, 'temp*_input')) or glob.glob(os.path.join(path, 'power1_*')):
@@ -122,7 +109,7 @@ def _micro_w(value):
 
 def _dpm(path):
     """(current, max) MHz from a pp_dpm_* file, or (None, None)."""
-    text = _read_text(path)
+    text = read_value(path)
     if not text:
         return None, None
     current, levels = None, []
@@ -142,16 +129,16 @@ def read_card(device, pci_bus_id, index):
     def attr(name):
         return os.path.join(device, name)
 
-    device_id = _read_int(attr('device'), 16)
-    name = _read_text(attr('product_name'))
+    device_id = read_int(attr('device'), 16)
+    name = read_value(attr('product_name'))
     if not name:
         name = 'AMD GPU 0x%04x' % device_id if device_id is not None else 'AMD GPU'
 
-    total = _read_int(attr('mem_info_vram_total'))
-    used = _read_int(attr('mem_info_vram_used'))
+    total = read_int(attr('mem_info_vram_total'))
+    used = read_int(attr('mem_info_vram_used'))
     free = total - used if total is not None and used is not None else None
 
-    gen_max = link_speed_to_gen(_read_text(attr('max_link_speed')))
+    gen_max = link_speed_to_gen(read_value(attr('max_link_speed')))
 
     temp = power = None
     shutdown = slowdown = None
@@ -159,7 +146,7 @@ def read_card(device, pci_bus_id, index):
     hwmon = _hwmon_dir(device)
     if hwmon:
         def hw(name):
-            return _read_int(os.path.join(hwmon, name))
+            return read_int(os.path.join(hwmon, name))
         temp = _milli_c(hw('temp1_input'))
         emergency, crit = hw('temp1_emergency'), hw('temp1_crit')
         if emergency is not None:
@@ -186,12 +173,12 @@ def read_card(device, pci_bus_id, index):
         'memory_total_bytes': total,
         'memory_used_bytes': used,
         'memory_free_bytes': free,
-        'bar1_total_bytes': _read_int(attr('mem_info_vis_vram_total')),
-        'pcie_link_gen_current': link_speed_to_gen(_read_text(attr('current_link_speed'))),
+        'bar1_total_bytes': read_int(attr('mem_info_vis_vram_total')),
+        'pcie_link_gen_current': link_speed_to_gen(read_value(attr('current_link_speed'))),
         'pcie_link_gen_max': gen_max,
         'pcie_link_gen_gpu_max': gen_max,
-        'pcie_link_width_current': _read_int(attr('current_link_width')),
-        'pcie_link_width_max': _read_int(attr('max_link_width')),
+        'pcie_link_width_current': read_int(attr('current_link_width')),
+        'pcie_link_width_max': read_int(attr('max_link_width')),
         'temperature_c': temp,
         'temperature_slowdown_c': slowdown,
         'temperature_shutdown_c': shutdown,
@@ -222,16 +209,15 @@ def read_card(device, pci_bus_id, index):
 def collect_amd(sysfs_root='/sys'):
     """GPU records for every amdgpu card under sysfs_root, ordered by PCI bus id."""
     drm = os.path.join(sysfs_root, 'class', 'drm')
-    try:
-        entries = sorted(os.listdir(drm))
-    except (OSError, IOError):
+    entries = list_dir(drm)
+    if entries is None:
         return []
     cards = {}
     for entry in entries:
         if not _CARD_RE.match(entry):
             continue
         device = os.path.join(drm, entry, 'device')
-        if _read_int(os.path.join(device, 'vendor'), 16) != AMD_VENDOR_ID:
+        if read_int(os.path.join(device, 'vendor'), 16) != AMD_VENDOR_ID:
             continue
         bus_id = _pci_bus_id(device)
         key = bus_id or 'zzzz-' + entry  # unknown bus ids sort last

@@ -32,6 +32,17 @@ import os
 import re
 import struct
 
+from ansible_collections.homelab.llm_server.plugins.module_utils._hostfs import (
+    efivar_data,
+    legacy_efivar_data,
+    list_dir,
+    read_bytes,
+    read_kernel_release,
+    read_loaded_modules,
+    read_text,
+    read_value,
+)
+
 EFI_GLOBAL_GUID = '8be4df61-93ca-11d2-aa0d-00e098032b8c'
 SHIM_LOCK_GUID = '605dab50-e046-4300-abb6-3dd810dd8b23'
 EFI_CERT_X509_GUID = bytes.fromhex('a159c0a5e494a74a87b5ab155c2bf072')
@@ -75,22 +86,7 @@ REASON_SENTENCES = {
 
 
 # ---------------------------------------------------------------------------
-# Small readers
-
-
-def _read_bytes(path):
-    try:
-        with open(path, 'rb') as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
-def _read_text(path):
-    data = _read_bytes(path)
-    if data is None:
-        return None
-    return data.decode('utf-8', 'replace')
+# Versions
 
 
 def version_key(version):
@@ -123,32 +119,19 @@ def branch_of(version):
 # Kernel
 
 
-def read_kernel_release(procfs_root):
-    text = _read_text(os.path.join(procfs_root, 'sys', 'kernel', 'osrelease'))
-    return text.strip() if text and text.strip() else None
-
-
-def read_loaded_modules(procfs_root):
-    """Names of the loaded kernel modules, or None when /proc/modules cannot be read."""
-    text = _read_text(os.path.join(procfs_root, 'modules'))
-    if text is None:
-        return None
-    return set(line.split()[0] for line in text.splitlines() if line.split())
-
-
 _NVRM_RE = re.compile(r'Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)*)')
 
 
 def read_loaded_nvidia(procfs_root, sysfs_root, loaded_modules):
     """Loaded nvidia kernel module: (loaded, version, open_flavour or None, source path)."""
     version_file = os.path.join(procfs_root, 'driver', 'nvidia', 'version')
-    text = _read_text(version_file)
+    text = read_text(version_file)
     if text:
         match = _NVRM_RE.search(text)
         if match:
             return True, match.group(1), 'Open Kernel Module' in text, version_file
     sys_version = os.path.join(sysfs_root, 'module', 'nvidia', 'version')
-    text = _read_text(sys_version)
+    text = read_text(sys_version)
     if text and text.strip():
         return True, text.strip(), None, sys_version
     if loaded_modules is not None and 'nvidia' in loaded_modules:
@@ -171,7 +154,7 @@ def read_module_file(path, modinfo=None):
     gzip and xz are opened here; other compressions (zstd) go to ``modinfo``
     (a callable path -> text of `modinfo PATH`) when one is given.
     """
-    data = _read_bytes(path)
+    data = read_bytes(path)
     if data is None:
         return None, None
     if path.endswith('.gz'):
@@ -283,22 +266,12 @@ def _first_version(packages, regex):
 # Firmware: Secure Boot and Machine Owner Keys
 
 
-def efi_variable(sysfs_root, name, guid):
-    """Data of an efivarfs variable (without its 4 attribute bytes), or None."""
-    data = _read_bytes(os.path.join(sysfs_root, 'firmware', 'efi', 'efivars', '%s-%s' % (name, guid)))
-    if data is None or len(data) < 4:
-        return None
-    return data[4:]
-
-
 def read_secure_boot(sysfs_root):
     if not os.path.isdir(os.path.join(sysfs_root, 'firmware', 'efi')):
         return 'not_uefi'
-    data = efi_variable(sysfs_root, 'SecureBoot', EFI_GLOBAL_GUID)
+    data = efivar_data(sysfs_root, 'SecureBoot', EFI_GLOBAL_GUID)
     if data is None:
-        legacy = _read_bytes(os.path.join(sysfs_root, 'firmware', 'efi', 'vars',
-                                          'SecureBoot-%s' % EFI_GLOBAL_GUID, 'data'))
-        data = legacy
+        data = legacy_efivar_data(sysfs_root, 'SecureBoot', EFI_GLOBAL_GUID)
     if not data:
         return 'unknown'
     return 'enabled' if bytearray(data)[0] == 1 else 'disabled'
@@ -309,9 +282,9 @@ def read_mok_list(sysfs_root):
     chunks = []
     for index in [''] + [str(i) for i in range(1, 16)]:
         name = 'MokListRT' + index
-        data = _read_bytes(os.path.join(sysfs_root, 'firmware', 'efi', 'mok-variables', name))
+        data = read_bytes(os.path.join(sysfs_root, 'firmware', 'efi', 'mok-variables', name))
         if data is None:
-            data = efi_variable(sysfs_root, name, SHIM_LOCK_GUID)
+            data = efivar_data(sysfs_root, name, SHIM_LOCK_GUID)
         if data is None:
             if index:
                 break
@@ -342,7 +315,7 @@ def x509_certificates(signature_lists):
 
 def read_certificate(path):
     """DER bytes of a certificate file (DER or PEM), or None."""
-    data = _read_bytes(path) if path else None
+    data = read_bytes(path) if path else None
     if not data:
         return None
     match = re.search(rb'-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----', data, re.S)
@@ -357,7 +330,7 @@ def read_certificate(path):
 def mok_status(sysfs_root, secure_boot, certificate):
     """mok_state plus the facts it was decided from."""
     mok_list = read_mok_list(sysfs_root)
-    mok_new = efi_variable(sysfs_root, 'MokNew', SHIM_LOCK_GUID)
+    mok_new = efivar_data(sysfs_root, 'MokNew', SHIM_LOCK_GUID)
     facts = {
         'mok_certificate_present': certificate is not None,
         'mok_enrolled_certificates': len(x509_certificates(mok_list)) if mok_list else 0,
@@ -384,18 +357,14 @@ def nvidia_pci_devices(sysfs_root):
     """NVIDIA display/3D controllers on the PCI bus with what they need from the driver."""
     devices = []
     base = os.path.join(sysfs_root, 'bus', 'pci', 'devices')
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return devices
-    for name in names:
+    for name in list_dir(base) or []:
         path = os.path.join(base, name)
-        vendor = (_read_text(os.path.join(path, 'vendor')) or '').strip().lower()
-        pci_class = (_read_text(os.path.join(path, 'class')) or '').strip().lower()
+        vendor = (read_value(os.path.join(path, 'vendor')) or '').lower()
+        pci_class = (read_value(os.path.join(path, 'class')) or '').lower()
         if vendor != NVIDIA_PCI_VENDOR or not pci_class.startswith('0x03'):
             continue
         try:
-            device_id = int((_read_text(os.path.join(path, 'device')) or '').strip(), 16)
+            device_id = int(read_value(os.path.join(path, 'device')) or '', 16)
         except ValueError:
             continue
         devices.append({
@@ -518,7 +487,7 @@ def gather(params, modinfo=None):
     if params.get('packages') is not None:
         packages = packages_from_facts(params['packages'])
     else:
-        packages = parse_dpkg_status(_read_text(params.get('dpkg_status') or '/var/lib/dpkg/status'))
+        packages = parse_dpkg_status(read_text(params.get('dpkg_status') or '/var/lib/dpkg/status'))
     library_package, library_version = _first_version(packages, LIBRARY_PACKAGE_RE)
     if params.get('library_version'):
         library_version = upstream_version(params['library_version'])

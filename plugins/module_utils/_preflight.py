@@ -22,6 +22,18 @@ import re
 import struct
 from collections import OrderedDict
 
+from ansible_collections.homelab.llm_server.plugins.module_utils._hostfs import (
+    efivar_data,
+    legacy_efivar_data,
+    list_dir,
+    read_bytes,
+    read_kernel_release,
+    read_loaded_modules,
+    read_text,
+    read_value,
+    resolve_link,
+)
+
 CHECK_IDS = (
     'uefi_boot',
     'secure_boot',
@@ -259,28 +271,6 @@ def _plural(count, word, plural=None):
     return '%d %s' % (count, word if count == 1 else (plural or word + 's'))
 
 
-def _read_bytes(path, size=-1):
-    try:
-        with open(path, 'rb') as handle:
-            return handle.read(size)
-    except (IOError, OSError):
-        return None
-
-
-def _read_text(path):
-    data = _read_bytes(path)
-    if data is None:
-        return None
-    return data.decode('utf-8', 'replace')
-
-
-def _listdir(path):
-    try:
-        return sorted(os.listdir(path))
-    except (IOError, OSError):
-        return None
-
-
 def normalize_bdf(value):
     """Normalise a PCI address to ``dddd:bb:dd.f`` (NVML uses 8 domain digits)."""
     if not value:
@@ -304,23 +294,15 @@ def _vendor(gpu):
     return str(gpu.get('vendor') or '').strip().lower()
 
 
-def read_proc_modules(procfs_root):
-    """Names of loaded kernel modules from <procfs>/modules, or None if unreadable."""
-    text = _read_text(os.path.join(procfs_root, 'modules'))
-    if text is None:
-        return None
-    return set(line.split()[0] for line in text.splitlines() if line.strip())
-
-
 def read_cmdline(procfs_root):
-    text = _read_text(os.path.join(procfs_root, 'cmdline'))
+    text = read_text(os.path.join(procfs_root, 'cmdline'))
     if text is None:
         return None
     return text.replace('\x00', ' ').split()
 
 
 def read_meminfo_bytes(procfs_root, key='MemTotal'):
-    text = _read_text(os.path.join(procfs_root, 'meminfo'))
+    text = read_text(os.path.join(procfs_root, 'meminfo'))
     if text is None:
         return None
     for line in text.splitlines():
@@ -335,33 +317,17 @@ def read_meminfo_bytes(procfs_root, key='MemTotal'):
 
 
 def read_efi_variable(sysfs_root, name, guid=EFI_GLOBAL_VARIABLE_GUID):
-    """Value byte of an EFI variable (efivarfs: 4 attribute bytes + data), or None."""
-    efivars = os.path.join(sysfs_root, 'firmware', 'efi', 'efivars', '%s-%s' % (name, guid))
-    data = _read_bytes(efivars)
-    if data is not None and len(data) >= 5:
-        return bytearray(data)[4]
-    legacy = os.path.join(sysfs_root, 'firmware', 'efi', 'vars', '%s-%s' % (name, guid), 'data')
-    data = _read_bytes(legacy)
-    if data is not None and len(data) >= 1:
-        return bytearray(data)[0]
-    return None
+    """First value byte of an EFI variable (efivarfs, else the legacy sysfs interface), or None."""
+    data = efivar_data(sysfs_root, name, guid)
+    if not data:
+        data = legacy_efivar_data(sysfs_root, name, guid)
+    if not data:
+        return None
+    return bytearray(data)[0]
 
 
 # ---------------------------------------------------------------------------
 # PCI helpers
-
-
-def _resolve_link(root, path):
-    """Resolve a sysfs symlink, keeping absolute targets inside root (fake trees)."""
-    if not os.path.islink(path):
-        return path
-    target = os.readlink(path)
-    if os.path.isabs(target):
-        relative = target
-        if target == '/sys' or target.startswith('/sys/'):
-            relative = target[len('/sys'):]
-        return os.path.normpath(os.path.join(root, relative.lstrip('/')))
-    return os.path.normpath(os.path.join(os.path.dirname(path), target))
 
 
 def pci_device_path(sysfs_root, bdf):
@@ -369,7 +335,7 @@ def pci_device_path(sysfs_root, bdf):
     link = os.path.join(sysfs_root, 'bus', 'pci', 'devices', bdf)
     if not os.path.lexists(link):
         return None
-    path = _resolve_link(sysfs_root, link)
+    path = resolve_link(sysfs_root, link)
     return path if os.path.isdir(path) else None
 
 
@@ -417,20 +383,20 @@ def parse_acs_control(config):
 
 
 def read_bridge_acs(path):
-    return parse_acs_control(_read_bytes(os.path.join(path, 'config'), 4096))
+    return parse_acs_control(read_bytes(os.path.join(path, 'config'), 4096))
 
 
 def pci_display_devices(sysfs_root, vendor_id):
     """BDFs of PCI display controllers (class 0x03xxxx) of a vendor, or None if unknown."""
     base = os.path.join(sysfs_root, 'bus', 'pci', 'devices')
-    entries = _listdir(base)
+    entries = list_dir(base)
     if entries is None:
         return None
     found = []
     for entry in entries:
-        path = _resolve_link(sysfs_root, os.path.join(base, entry))
-        vendor = (_read_text(os.path.join(path, 'vendor')) or '').strip().lower()
-        pci_class = (_read_text(os.path.join(path, 'class')) or '').strip().lower()
+        path = resolve_link(sysfs_root, os.path.join(base, entry))
+        vendor = (read_value(os.path.join(path, 'vendor')) or '').lower()
+        pci_class = (read_value(os.path.join(path, 'class')) or '').lower()
         if vendor == vendor_id and pci_class.startswith('0x03'):
             found.append(entry)
     return found
@@ -457,7 +423,7 @@ class _Ctx(object):
     @property
     def modules(self):
         if not self._modules_read:
-            self._modules = read_proc_modules(self.procfs)
+            self._modules = read_loaded_modules(self.procfs)
             self._modules_read = True
         return self._modules
 
@@ -688,9 +654,9 @@ def _iommu_group_types(ctx, device_paths):
     for path in device_paths:
         link = os.path.join(path, 'iommu_group')
         if os.path.lexists(link):
-            value = _read_text(os.path.join(_resolve_link(ctx.sysfs, link), 'type'))
-            if value and value.strip():
-                types.append(value.strip())
+            value = read_value(os.path.join(resolve_link(ctx.sysfs, link), 'type'))
+            if value:
+                types.append(value)
     return types
 
 
@@ -712,8 +678,8 @@ def check_iommu_acs(ctx, severity):
     # IOMMU mode
     cmdline = read_cmdline(ctx.procfs)
     tokens = set(cmdline or [])
-    iommu_active = bool(_listdir(os.path.join(ctx.sysfs, 'class', 'iommu'))
-                        or _listdir(os.path.join(ctx.sysfs, 'kernel', 'iommu_groups')))
+    iommu_active = bool(list_dir(os.path.join(ctx.sysfs, 'class', 'iommu'))
+                        or list_dir(os.path.join(ctx.sysfs, 'kernel', 'iommu_groups')))
     device_paths = [p for p in (pci_device_path(ctx.sysfs, bdf) for bdf in bdfs) if p]
     group_types = _iommu_group_types(ctx, device_paths)
     if not iommu_active or tokens.intersection(_IOMMU_OFF):
@@ -804,7 +770,7 @@ def check_iommu_acs(ctx, severity):
 
 def check_kernel_headers(ctx, severity):
     osrelease = os.path.join(ctx.procfs, 'sys', 'kernel', 'osrelease')
-    release = (_read_text(osrelease) or '').strip()
+    release = read_kernel_release(ctx.procfs)
     if not release:
         return make_check('kernel_headers', severity, 'na', 'Cannot read the kernel release from %s.' % osrelease)
     build = os.path.join(ctx.modules_root, release, 'build')

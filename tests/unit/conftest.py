@@ -5,6 +5,10 @@
 
 Keep additions small and self-contained: several test modules share this file.
 
+Importing this file makes ``ansible_collections.homelab.llm_server`` importable
+(a temporary directory on sys.path in which it is a symlink to this repository),
+so test modules and the module_utils they load can use the collection imports.
+
 GPU fixtures (gpu_facts, _nvml, _amd_sysfs):
   fake_nvml_libdir  session: tests/nvml_double/fake_nvml.c compiled into a tmp dir
   collection_root   session: a tmp dir whose ansible_collections/homelab/llm_server
@@ -17,11 +21,13 @@ LD_LIBRARY_PATH at start-up, so every NVML scenario runs in its own process.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -29,6 +35,24 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 NVML_DOUBLE_DIR = os.path.join(REPO_ROOT, 'tests', 'nvml_double')
 NVML_FIXTURES_DIR = os.path.join(NVML_DOUBLE_DIR, 'fixtures')
 SYSFS_TREES_DIR = os.path.join(REPO_ROOT, 'tests', 'sysfs')
+
+
+def _make_collection_importable():
+    """Put ansible_collections.homelab.llm_server (this repository) on sys.path unless it is there."""
+    try:
+        import ansible_collections.homelab.llm_server.plugins.module_utils  # noqa: F401 pylint: disable=unused-import
+        return
+    except ImportError:
+        pass
+    tmp = tempfile.mkdtemp(prefix='llm_server_coll_')
+    namespace = os.path.join(tmp, 'ansible_collections', 'homelab')
+    os.makedirs(namespace)
+    os.symlink(REPO_ROOT, os.path.join(namespace, 'llm_server'))
+    sys.path.insert(0, tmp)
+    atexit.register(shutil.rmtree, tmp, True)
+
+
+_make_collection_importable()
 
 # Variables a test subprocess must not inherit from the developer's shell.
 _SCRUBBED_ENV = ('LD_LIBRARY_PATH', 'LD_PRELOAD', 'PYTHONPATH', 'FAKE_NVML_FIXTURE', 'FAKE_NVML_DEBUG')

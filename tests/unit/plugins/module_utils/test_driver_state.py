@@ -5,17 +5,17 @@
 
 from __future__ import annotations
 
-import atexit
 import base64
 import gzip
 import lzma
 import os
 import shutil
 import struct
-import sys
-import tempfile
 
 import pytest
+
+# tests/unit/conftest.py makes the collection importable.
+from ansible_collections.homelab.llm_server.plugins.module_utils import _driver_state as ds
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 TREES = os.path.join(REPO, 'tests', 'sysfs', 'driver')
@@ -24,26 +24,6 @@ SHIM_LOCK_GUID = '605dab50-e046-4300-abb6-3dd810dd8b23'
 MOK_INSTRUCTIONS = (
     "At the next boot, choose 'Enroll MOK' in the blue MokManager screen, then 'Continue', 'Yes', "
     "and type the password you set in nvidia_driver_mok_password.")
-
-
-def _ensure_collection_importable():
-    """Make ``ansible_collections.homelab.llm_server`` importable when plain pytest runs from the repo."""
-    try:
-        import ansible_collections.homelab.llm_server.plugins.module_utils._driver_state  # noqa: F401 pylint: disable=unused-import
-        return
-    except ImportError:
-        pass
-    tmp = tempfile.mkdtemp(prefix='llm_server_coll_')
-    namespace = os.path.join(tmp, 'ansible_collections', 'homelab')
-    os.makedirs(namespace)
-    os.symlink(REPO, os.path.join(namespace, 'llm_server'))
-    sys.path.insert(0, tmp)
-    atexit.register(shutil.rmtree, tmp, True)
-
-
-_ensure_collection_importable()
-
-from ansible_collections.homelab.llm_server.plugins.module_utils import _driver_state as ds  # noqa: E402
 
 
 def params(root, **extra):

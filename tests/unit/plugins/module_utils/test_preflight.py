@@ -5,43 +5,23 @@
 
 from __future__ import annotations
 
-import atexit
 import collections
 import importlib.util
 import os
 import shutil
 import struct
-import sys
-import tempfile
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-TREES = os.path.join(REPO, 'tests', 'sysfs', 'preflight')
-
-
-def _ensure_collection_importable():
-    """Make ``ansible_collections.homelab.llm_server`` importable when plain pytest runs from the repo."""
-    try:
-        import ansible_collections.homelab.llm_server.plugins.module_utils._preflight  # noqa: F401 pylint: disable=unused-import
-        return
-    except ImportError:
-        pass
-    tmp = tempfile.mkdtemp(prefix='llm_server_coll_')
-    namespace = os.path.join(tmp, 'ansible_collections', 'homelab')
-    os.makedirs(namespace)
-    os.symlink(REPO, os.path.join(namespace, 'llm_server'))
-    sys.path.insert(0, tmp)
-    atexit.register(shutil.rmtree, tmp, True)
-
-
-_ensure_collection_importable()
-
-from ansible_collections.homelab.llm_server.plugins.module_utils import _preflight as pf  # noqa: E402
-from ansible_collections.homelab.llm_server.plugins.filter.preflight import (  # noqa: E402
+# tests/unit/conftest.py makes the collection importable.
+from ansible_collections.homelab.llm_server.plugins.module_utils import _preflight as pf
+from ansible_collections.homelab.llm_server.plugins.filter.preflight import (
     FilterModule,
     preflight_report_lines,
 )
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+TREES = os.path.join(REPO, 'tests', 'sysfs', 'preflight')
 
 
 def _load_make_trees():
@@ -226,7 +206,7 @@ def test_absolute_symlink_is_kept_inside_the_root(tmp_path):
 def test_read_meminfo_and_cmdline():
     assert pf.read_meminfo_bytes(roots('target')['procfs_root']) == 263581576 * 1024
     assert 'iommu=pt' in pf.read_cmdline(roots('target')['procfs_root'])
-    assert 'nouveau' in pf.read_proc_modules(roots('degraded')['procfs_root'])
+    assert 'nouveau' in pf.read_loaded_modules(roots('degraded')['procfs_root'])
     assert pf.read_meminfo_bytes('/nonexistent') is None
 
 
