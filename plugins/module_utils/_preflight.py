@@ -593,21 +593,26 @@ def check_pcie_link(ctx, severity):
         gen_now = _num(gpu.get('pcie_link_gen_current'))
         if width is None and gen_max is None:
             continue
-        slot_gen = gen_max if gen_max is not None else gen_now
-        gpu_gen = gen_gpu if gen_gpu is not None else slot_gen
-        gpu_width = width_max if width_max is not None else width
         narrow = width is not None and width_max is not None and width < width_max
         slow = gen_max is not None and gen_gpu is not None and gen_max < gen_gpu
+        # running = the link as trained now (sysfs current_link_speed/width),
+        # max = the most the link can train to (max_link_speed/width).
+        figures = 'running Gen%s x%s, max Gen%s x%s' % (
+            _fmt_num(gen_now), _fmt_num(width), _fmt_num(gen_max), _fmt_num(width_max))
         if narrow or slow:
-            bad.append('%s PCIe link downtrained: running Gen%s x%s, GPU supports Gen%s x%s'
-                       % (label, _fmt_num(slot_gen), _fmt_num(width), _fmt_num(gpu_gen), _fmt_num(gpu_width)))
+            text = '%s PCIe link downtrained: %s' % (label, figures)
+            if slow:
+                text += ', GPU supports Gen%s' % _fmt_num(gen_gpu)
+            bad.append(text)
         else:
-            good.append('%s Gen%s x%s (current Gen%s at idle is not judged)'
-                        % (label, _fmt_num(slot_gen), _fmt_num(width), _fmt_num(gen_now)))
+            good.append('%s %s' % (label, figures))
+    # The running generation drops at idle for power saving: only the maximum is judged.
     if bad:
         return make_check('pcie_link', severity, 'problem', '; '.join(bad) + '.')
     if good:
-        return make_check('pcie_link', severity, 'pass', 'Full PCIe links: %s.' % '; '.join(good))
+        return make_check('pcie_link', severity, 'pass',
+                          'Full PCIe links: %s (a running generation below the maximum at idle is not judged).'
+                          % '; '.join(good))
     return make_check('pcie_link', severity, 'na', 'No GPU reports its PCIe link.')
 
 

@@ -181,7 +181,7 @@ checks:
     message:
       description: What was found, with figures.
       type: str
-      sample: "GPU 1 (0000:02:00.0) PCIe link downtrained: running Gen4 x8, GPU supports Gen5 x16."
+      sample: "GPU 1 (0000:02:00.0) PCIe link downtrained: running Gen4 x8, max Gen4 x16, GPU supports Gen5."
     why:
       description: Why the check matters for LLM serving.
       type: str
@@ -211,7 +211,7 @@ report_lines:
   elements: str
   sample:
     - "[PASS] uefi_boot: Booted in UEFI mode (/sys/firmware/efi exists)."
-    - "[FAIL] pcie_link: GPU 1 (0000:02:00.0) PCIe link downtrained: running Gen4 x8, GPU supports Gen5 x16. -> fix: ..."
+    - "[FAIL] pcie_link: GPU 1 (0000:02:00.0) PCIe link downtrained: running Gen4 x8, max Gen4 x16, GPU supports Gen5. -> fix: ..."
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -407,26 +407,37 @@ def test_pcie_link_downtrained_fails_with_figures():
             gpu(1, '0000:02:00.0', pcie_link_gen_max=4, pcie_link_width_current=8)]
     check = run('pcie_link', gpus=gpus)
     assert check['status'] == 'fail'
-    assert check['message'] == 'GPU 1 (0000:02:00.0) PCIe link downtrained: running Gen4 x8, GPU supports Gen5 x16.'
+    assert check['message'] == ('GPU 1 (0000:02:00.0) PCIe link downtrained: running Gen1 x8, max Gen4 x16, '
+                                'GPU supports Gen5.')
     assert 'x16 slot' in check['fix'] and 'riser' in check['fix'] and 'bifurcation' in check['fix']
 
 
 def test_pcie_link_width_only():
     check = run('pcie_link', gpus=[gpu(pcie_link_width_current=4)])
     assert check['status'] == 'fail'
-    assert 'running Gen5 x4, GPU supports Gen5 x16' in check['message']
+    assert check['message'] == 'GPU 0 (0000:01:00.0) PCIe link downtrained: running Gen1 x4, max Gen5 x16.'
 
 
 def test_pcie_link_slot_generation_only():
     check = run('pcie_link', gpus=[gpu(pcie_link_gen_max=3, pcie_link_gen_gpu_max=4)])
     assert check['status'] == 'fail'
-    assert 'running Gen3 x16, GPU supports Gen4 x16' in check['message']
+    assert 'running Gen1 x16, max Gen3 x16, GPU supports Gen4' in check['message']
+
+
+def test_pcie_link_message_names_the_running_generation_not_the_maximum():
+    """The running figures are the current link speed and width; the maximum ones come after."""
+    check = run('pcie_link', gpus=[gpu(pcie_link_gen_current=3, pcie_link_gen_max=4, pcie_link_gen_gpu_max=4,
+                                       pcie_link_width_current=8, pcie_link_width_max=16)])
+    assert check['status'] == 'fail'
+    assert check['message'] == 'GPU 0 (0000:01:00.0) PCIe link downtrained: running Gen3 x8, max Gen4 x16.'
+    assert 'running Gen4' not in check['message']
 
 
 def test_pcie_link_idle_generation_is_not_judged():
     check = run('pcie_link', gpus=[gpu(pcie_link_gen_current=1)])
     assert check['status'] == 'pass'
-    assert 'not judged' in check['message']
+    assert check['message'] == ('Full PCIe links: GPU 0 (0000:01:00.0) running Gen1 x16, max Gen5 x16 '
+                                '(a running generation below the maximum at idle is not judged).')
 
 
 def test_pcie_link_no_data_skips():
@@ -749,7 +760,8 @@ def test_run_checks_target():
 
 
 def test_run_checks_degraded():
-    gpus = [gpu(0, '0000:01:00.0'), gpu(1, '0000:81:00.0', pcie_link_gen_max=4, pcie_link_width_current=8)]
+    gpus = [gpu(0, '0000:01:00.0'),
+            gpu(1, '0000:81:00.0', pcie_link_gen_current=4, pcie_link_gen_max=4, pcie_link_width_current=8)]
     result = pf.run_checks(params('degraded', gpus=gpus, planned_model_gb=70, psu_watts=1600), statvfs=big_disk)
     statuses = dict((check['id'], check['status']) for check in result['checks'])
     assert statuses == {
@@ -773,8 +785,8 @@ def test_run_checks_degraded():
     assert result['verdict'] == 'fail'
     pcie = [line for line in result['report_lines'] if line.startswith('[FAIL] pcie_link:')]
     assert pcie == [
-        '[FAIL] pcie_link: GPU 1 (0000:81:00.0) PCIe link downtrained: running Gen4 x8, GPU supports Gen5 x16. '
-        '-> fix: ' + pf.FIX['pcie_link']]
+        '[FAIL] pcie_link: GPU 1 (0000:81:00.0) PCIe link downtrained: running Gen4 x8, max Gen4 x16, '
+        'GPU supports Gen5. -> fix: ' + pf.FIX['pcie_link']]
 
 
 def test_run_checks_skip_and_severity_options():

@@ -93,7 +93,7 @@ def test_module_target_host_passes(run_module, tmp_path):
 def test_module_degraded_host_reports_but_does_not_fail(run_module, tmp_path):
     args = base_args('degraded', tmp_path, gpus=[
         gpu(0, '00000000:01:00.0'),
-        gpu(1, '00000000:81:00.0', bar1_total_bytes=256 * 1024 ** 2, pcie_link_gen_max=4,
+        gpu(1, '00000000:81:00.0', bar1_total_bytes=256 * 1024 ** 2, pcie_link_gen_current=4, pcie_link_gen_max=4,
             pcie_link_width_current=8),
     ], gpu_topology=[{'gpus': [0, 1], 'common_ancestor': 'system',
                       'p2p': {'read': 'chipset_not_supported', 'write': 'chipset_not_supported'}}], psu_watts=1600)
@@ -113,8 +113,8 @@ def test_module_degraded_host_reports_but_does_not_fail(run_module, tmp_path):
     assert 'vLLM tensor-parallel hangs' in checks['iommu_acs']['message']
     assert 'peer-to-peer' in checks['p2p']['message']
     assert 'the inventory says 1600 W' in checks['psu_headroom']['message']
-    assert ('[FAIL] pcie_link: GPU 1 (0000:81:00.0) PCIe link downtrained: running Gen4 x8, GPU supports Gen5 x16. '
-            '-> fix: ') in result['report_lines'][6]
+    assert ('[FAIL] pcie_link: GPU 1 (0000:81:00.0) PCIe link downtrained: running Gen4 x8, max Gen4 x16, '
+            'GPU supports Gen5. -> fix: ') in result['report_lines'][6]
 
 
 def test_module_acs_switch(run_module, tmp_path):
