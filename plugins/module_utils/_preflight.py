@@ -762,6 +762,17 @@ def check_iommu_acs(ctx, severity):
             message += ' (note: %s)' % '; '.join(notes)
         outcome = 'problem' if problems else 'soft'
         return make_check('iommu_acs', severity, outcome, message + '.', fix=fix)
+    devices_dir = os.path.join(ctx.sysfs, 'bus', 'pci', 'devices')
+    # Without two GPUs in sysfs there is no pair whose path could be judged.
+    if not chains:
+        return make_check('iommu_acs', severity, 'na',
+                          'No GPU was found under %s (looked for %s), so ACS could not be checked.'
+                          % (devices_dir, ', '.join(bdfs)))
+    if len(chains) < 2:
+        return make_check('iommu_acs', severity, 'na',
+                          '%s; only %s was found under %s (%s not), so ACS between the GPUs could not be checked.'
+                          % (iommu_text, ', '.join(chains), devices_dir,
+                             ', '.join(bdf for bdf in bdfs if bdf not in chains)))
     checked = len(between) - len(unreadable)
     if shared_pairs:
         message = '%s; no ACS redirect on the %s between the %d GPUs' % (

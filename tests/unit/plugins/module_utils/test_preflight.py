@@ -610,9 +610,39 @@ def test_iommu_acs_single_gpu_skips():
 
 
 def test_iommu_acs_gpu_missing_from_sysfs_is_noted():
-    check = run('iommu_acs', gpus=[gpu(0, '0000:01:00.0'), gpu(1, '0000:42:00.0')])
+    """Two of three GPUs found: their pair is judged, the third is named."""
+    check = run('iommu_acs', gpus=[gpu(0, '0000:01:00.0'), gpu(1, '0000:02:00.0'), gpu(2, '0000:42:00.0')])
     assert check['status'] == 'pass'
     assert '0000:42:00.0 not found' in check['message']
+
+
+def test_iommu_acs_without_the_gpus_in_sysfs_is_skipped_not_passed(tmp_path):
+    sysfs = str(tmp_path / 'sys')
+    check = run('iommu_acs', gpus=[gpu(0, '0000:41:00.0'), gpu(1, '0000:42:00.0')], sysfs_root=sysfs)
+    assert check['status'] == 'skip'
+    assert check['message'] == ('No GPU was found under %s (looked for 0000:41:00.0, 0000:42:00.0), '
+                                'so ACS could not be checked.' % os.path.join(sysfs, 'bus', 'pci', 'devices'))
+    # the same in a tree that has a PCI bus, just not these GPUs
+    check = run('iommu_acs', gpus=[gpu(0, '0000:41:00.0'), gpu(1, '0000:42:00.0')])
+    assert check['status'] == 'skip'
+    assert 'No GPU was found under %s' % os.path.join(roots('target')['sysfs_root'], 'bus', 'pci') \
+        in check['message']
+
+
+def test_iommu_acs_with_one_of_two_gpus_in_sysfs_is_skipped():
+    check = run('iommu_acs', gpus=[gpu(0, '0000:01:00.0'), gpu(1, '0000:42:00.0')])
+    assert check['status'] == 'skip'
+    assert check['message'] == (
+        'IOMMU passthrough (iommu=pt); only 0000:01:00.0 was found under %s (0000:42:00.0 not), '
+        'so ACS between the GPUs could not be checked.' % os.path.join(roots('target')['sysfs_root'], 'bus', 'pci',
+                                                                       'devices'))
+
+
+def test_iommu_translating_still_warns_without_the_gpus_in_sysfs():
+    check = run('iommu_acs', 'degraded', gpus=[gpu(0, '0000:41:00.0'), gpu(1, '0000:42:00.0')])
+    assert check['status'] == 'warn'
+    assert 'translated DMA mode' in check['message']
+    assert '0000:41:00.0 not found' in check['message']
 
 
 # ---------------------------------------------------------------------------
