@@ -41,13 +41,9 @@ options:
       - Applied after the merge.
     type: dict
     default: {}
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: full
+extends_documentation_fragment:
+  - homelab.llm_server.attributes
+  - homelab.llm_server.attributes.diff
 notes:
   - A new file is created with mode C(0644); an existing file keeps its owner and mode.
 """

@@ -52,15 +52,10 @@ notes:
   - On AMD boards with an on-package PCIe switch, the link the GPU reports may be the one
     to that switch rather than to the slot.
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
+  - homelab.llm_server.attributes
+  - homelab.llm_server.attributes.no_diff
+  - homelab.llm_server.attributes.facts
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  facts:
-    support: full
   platform:
     platforms: posix
 """

@@ -139,14 +139,12 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - homelab.llm_server.attributes
+  - homelab.llm_server.attributes.no_diff
 attributes:
   check_mode:
-    support: full
     details:
       - A benchmark only reads from the server, so it runs in check mode too; O(output) is then not written.
-  diff_mode:
-    support: none
   platform:
     platforms: posix
 notes:

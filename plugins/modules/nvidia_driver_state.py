@@ -65,13 +65,9 @@ options:
       - Certificate (DER or PEM) of the key DKMS signs modules with; its bytes are looked for in the enrolled
         (C(MokListRT)) and pending (C(MokNew)) MOK lists.
     type: path
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - homelab.llm_server.attributes
+  - homelab.llm_server.attributes.no_diff
 notes:
   - Only reads files; never changes the system. When the built module is compressed with zstd, C(modinfo)
     reads its version and signer.

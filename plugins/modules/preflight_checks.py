@@ -114,13 +114,9 @@ options:
     type: list
     elements: str
     default: []
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - homelab.llm_server.attributes
+  - homelab.llm_server.attributes.no_diff
 notes:
   - Only reads files; never changes the system.
 """
