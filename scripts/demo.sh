@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 name=llm-server-demo
 image=${LLM_SERVER_TEST_IMAGE:?run through make demo}
 reports=$PWD/build/demo-reports
+logs=$PWD/build/logs
+# Each run starts from empty report folders: the summary reads only this run's.
+rm -rf "$reports"
+mkdir -p "$reports/preflight" "$logs"
 
 cleanup() {
   if [ "${KEEP:-0}" = 1 ]; then
@@ -24,10 +28,16 @@ podman run -d --name "$name" --hostname llm-demo --privileged \
   --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 "$image" /sbin/init >/dev/null
 
 export ANSIBLE_CONFIG=$PWD/ansible.cfg
-ansible-playbook -i inventories/demo tests/simulated_host/prepare.yml
-ansible-playbook -i inventories/demo playbooks/site.yml -e "preflight_report_dir=$reports"
+# One line per play and role on screen; every task's output in build/logs/.
+export ANSIBLE_STDOUT_CALLBACK=homelab.llm_server.compact
+echo "Preparing the simulated host (GPU test double, firmware tree)"
+LLM_SERVER_FULL_LOG=$logs/demo-prepare.log ansible-playbook -i inventories/demo tests/simulated_host/prepare.yml
+echo
+echo "playbooks/site.yml on $name"
+LLM_SERVER_FULL_LOG=$logs/demo-site.log \
+  ansible-playbook -i inventories/demo playbooks/site.yml -e "preflight_report_dir=$reports/preflight"
 
-python3 - "$reports" <<'PY'
+python3 - "$reports/preflight" <<'PY'
 import json, pathlib, sys
 for path in sorted(pathlib.Path(sys.argv[1]).glob('*.json')):
     report = json.loads(path.read_text())
@@ -69,7 +79,7 @@ echo "nvidia-persistenced: $(podman exec "$name" systemctl is-enabled nvidia-per
 echo
 echo "Capacity plan for the GPUs NVML reports on $name"
 echo "------------------------------------------------------------------------------"
-ansible-playbook -i inventories/demo playbooks/plan.yml \
+LLM_SERVER_FULL_LOG=$logs/demo-plan.log ansible-playbook -i inventories/demo playbooks/plan.yml \
   -e '{"plan_models": ["qwen3-32b", "qwen2.5-72b-instruct"]}' -e "plan_report_dir=$reports" >/dev/null
 sed 's/^/  /' "$reports/llm-demo-capacity.txt"
 

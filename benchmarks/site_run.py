@@ -1,0 +1,134 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Benchmark of playbooks/site.yml on the demo host: first converge, no-op re-runs, time per role.
+
+Run through `make bench` (mitogen's strategy, as `make demo` runs) or with
+--plain for Ansible's own linear strategy over the podman connection (what
+the tests used before). A disposable container is prepared as the demo's
+simulated dual-GPU server; site.yml converges it once, then --reruns more
+runs must change nothing. Each re-run is read through the JSON callback, so
+the table also gives what every role costs when it has nothing to do.
+Prints Markdown tables for docs/benchmarks.md and keeps the figures in
+build/bench/site-<strategy>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from _harness import ROOT, machine_line
+
+NAME = 'llm-server-bench-site'
+
+
+def playbook(path, extra, env, json_out=False):
+    cmd = ['ansible-playbook', '-i', 'inventories/demo', path, *extra]
+    run_env = dict(env, ANSIBLE_CONFIG=str(ROOT / 'ansible.cfg'))
+    if json_out:
+        run_env['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.posix.json'
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, env=run_env)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit('%s failed:\n%s\n%s' % (' '.join(cmd), proc.stdout[-4000:], proc.stderr[-2000:]))
+    return elapsed, proc.stdout
+
+
+def task_times(report):
+    """(role, task name, seconds) for every task of the JSON callback's report."""
+    for play in report['plays']:
+        for task in play['tasks']:
+            name = task['task']['name']
+            role, _sep, short = name.rpartition(' : ')
+            duration = task['task'].get('duration', {})
+            seconds = 0.0
+            if duration.get('start') and duration.get('end'):
+                span = datetime.datetime.fromisoformat(duration['end']) - datetime.datetime.fromisoformat(duration['start'])
+                seconds = span.total_seconds()
+            yield (role.replace('homelab.llm_server.', '') or 'tasks of the plays'), short, seconds
+
+
+def per_role(report):
+    """Seconds and task count per role (or the plays' own tasks)."""
+    seconds = collections.defaultdict(float)
+    tasks = collections.Counter()
+    for role, _name, value in task_times(report):
+        seconds[role] += value
+        tasks[role] += 1
+    return seconds, tasks
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--reruns', type=int, default=2, help='no-op re-runs (default 2)')
+    parser.add_argument('--plain', action='store_true',
+                        help="Ansible's linear strategy (drops ANSIBLE_STRATEGY from the environment)")
+    parser.add_argument('--image', default=os.environ.get('LLM_SERVER_TEST_IMAGE'))
+    opts = parser.parse_args()
+    if not opts.image:
+        parser.error('--image or LLM_SERVER_TEST_IMAGE is required (make bench sets it)')
+
+    env = dict(os.environ)
+    if opts.plain:
+        env.pop('ANSIBLE_STRATEGY', None)
+    strategy = env.get('ANSIBLE_STRATEGY', 'linear')
+    reports = ROOT / 'build/bench-reports/site'
+    extra = ['-e', 'ansible_host=%s' % NAME, '-e', 'preflight_report_dir=%s' % reports]
+
+    subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
+    subprocess.run(['podman', 'run', '-d', '--name', NAME, '--hostname', 'llm-demo', '--privileged',
+                    '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=4096:4096',
+                    opts.image, '/sbin/init'], check=True, capture_output=True)
+    try:
+        playbook('tests/simulated_host/prepare.yml', extra, env)
+        first, _out = playbook('playbooks/site.yml', extra, env)
+        reruns, role_seconds, task_count = [], collections.defaultdict(list), {}
+        for _run in range(opts.reruns):
+            elapsed, out = playbook('playbooks/site.yml', extra, env, json_out=True)
+            report = json.loads(out[out.index('{'):])
+            changed = sum(s['changed'] for s in report['stats'].values())
+            if changed:
+                sys.exit('site.yml re-run changed %d task(s): not idempotent' % changed)
+            reruns.append(elapsed)
+            seconds, tasks = per_role(report)
+            for role, value in seconds.items():
+                role_seconds[role].append(value)
+            task_count = tasks
+            slowest = sorted(task_times(report), key=lambda t: -t[2])[:15]
+    finally:
+        subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
+
+    noop = statistics.median(reruns)
+    print(machine_line())
+    print('site.yml on the demo host, strategy %s, connection podman\n' % strategy)
+    print('| measurement | runs | seconds |')
+    print('| --- | ---: | ---: |')
+    print('| first converge (fresh host) | 1 | %.1f |' % first)
+    print('| no-op re-run, changed=0 (median) | %d | %.1f |' % (len(reruns), noop))
+    print('\nNo-op re-run per role (median of %d, task time as Ansible reports it):\n' % len(reruns))
+    print('| role | tasks | seconds |')
+    print('| --- | ---: | ---: |')
+    for role, values in sorted(role_seconds.items(), key=lambda kv: -statistics.median(kv[1])):
+        print('| %s | %d | %.1f |' % (role, task_count.get(role, 0), statistics.median(values)))
+    print('\nSlowest tasks of the last no-op re-run:\n')
+    print('| role | task | seconds |')
+    print('| --- | --- | ---: |')
+    for role, name, value in slowest:
+        print('| %s | %s | %.1f |' % (role, name, value))
+    out_dir = ROOT / 'build/bench'
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / ('site-%s.json' % strategy)).write_text(json.dumps({
+        'strategy': strategy, 'first_converge_s': round(first, 1), 'noop_s': [round(r, 1) for r in reruns],
+        'noop_per_role_s': {r: round(statistics.median(v), 2) for r, v in role_seconds.items()},
+        'tasks_per_role': dict(task_count)}, indent=2))
+
+
+if __name__ == '__main__':
+    main()

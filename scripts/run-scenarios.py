@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Run Molecule scenarios side by side and time every phase.
+
+Each scenario runs `molecule test -s NAME` in its own process; its output goes
+to build/logs/molecule/NAME.log and only a line per finished scenario reaches
+the terminal (with the tail of the log when it failed). Phase times come from
+Molecule's own "➜ phase: Executing" / "Executed" lines, stamped as they arrive.
+The times land in build/test-times/molecule.json, which `make bench` prints
+and which orders the next run longest first so the workers finish together.
+
+Scenario containers are named after their platforms (tests/molecule/
+create.yml), so platform names must be unique across scenarios: checked here
+before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PHASES = ("create", "prepare", "check", "converge", "idempotence", "side_effect", "verify", "destroy")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PHASE_LINE = re.compile(r"(?P<scenario>\S+) ➜ (?P<phase>\w+): (?P<what>Executing|Executed)")
+# Longest first when there is no earlier timing to go by (figures of the
+# serial suite before mitogen; only the order matters).
+FALLBACK_ORDER = ("proxy", "nvidia_driver", "nvidia_driver_decisions", "vllm", "proxy_acme", "llamacpp")
+
+
+def scenario_names() -> list[str]:
+    return sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
+
+
+def check_unique_platforms(names: list[str]) -> None:
+    owner: dict[str, str] = {}
+    clashes = []
+    for name in names:
+        config = yaml.safe_load((ROOT / "molecule" / name / "molecule.yml").read_text()) or {}
+        for platform in config.get("platforms", []):
+            other = owner.setdefault(platform["name"], name)
+            if other != name:
+                clashes.append(f"platform {platform['name']!r} is in both {other} and {name}")
+    if clashes:
+        sys.exit("Scenarios run side by side and name containers after platforms: rename one of each pair.\n  "
+                 + "\n  ".join(clashes))
+
+
+def run_order(names: list[str], report: Path) -> list[str]:
+    known: dict[str, float] = {}
+    if report.exists():
+        try:
+            known = {k: v["seconds"] for k, v in json.loads(report.read_text())["scenarios"].items()}
+        except (ValueError, KeyError, TypeError):
+            known = {}
+    if known:
+        return sorted(names, key=lambda n: -known.get(n, 0.0))
+    return sorted(names, key=lambda n: (FALLBACK_ORDER.index(n) if n in FALLBACK_ORDER else len(FALLBACK_ORDER), n))
+
+
+def fmt(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Runner:
+    def __init__(self, log_dir: Path, started: float):
+        self.log_dir = log_dir
+        self.started = started
+        self.lock = threading.Lock()
+        self.results: dict[str, dict] = {}
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            print(f"[{fmt(time.monotonic() - self.started)}] {text}", flush=True)
+
+    def run(self, name: str) -> None:
+        log_path = self.log_dir / f"{name}.log"
+        phases: dict[str, float] = {}
+        current: tuple[str, float] | None = None
+        begin = time.monotonic()
+        self.say(f"{name}: started")
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(
+                ["molecule", "test", "-s", name],
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            )
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                match = PHASE_LINE.search(ANSI.sub("", line))
+                if not match or match["scenario"] != name:
+                    continue
+                now = time.monotonic()
+                if match["what"] == "Executing":
+                    current = (match["phase"], now)
+                elif current and current[0] == match["phase"]:
+                    phases[current[0]] = phases.get(current[0], 0.0) + now - current[1]
+                    current = None
+            rc = proc.wait()
+        seconds = time.monotonic() - begin
+        self.results[name] = {"seconds": round(seconds, 1), "rc": rc,
+                              "phases": {k: round(v, 1) for k, v in phases.items()}}
+        if rc == 0:
+            self.say(f"{name}: passed in {fmt(seconds)}")
+        else:
+            tail = log_path.read_text().splitlines()[-60:]
+            self.say(f"{name}: FAILED (rc {rc}) after {fmt(seconds)}; last lines of {log_path.relative_to(ROOT)}:\n"
+                     + "\n".join("    " + ANSI.sub("", t) for t in tail))
+
+
+def table(results: dict[str, dict]) -> str:
+    used = [p for p in PHASES if any(p in r["phases"] for r in results.values())]
+    lines = ["| scenario | total | " + " | ".join(used) + " |",
+             "| --- | ---: | " + " | ".join("---:" for _ in used) + " |"]
+    for name, r in sorted(results.items(), key=lambda kv: -kv[1]["seconds"]):
+        cells = [fmt(r["phases"][p]) if p in r["phases"] else "" for p in used]
+        status = "" if r["rc"] == 0 else " (failed)"
+        lines.append(f"| {name}{status} | {fmt(r['seconds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenarios", nargs="*", help="default: every scenario under molecule/")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("MOLECULE_JOBS", "3")))
+    parser.add_argument("--report", type=Path, default=ROOT / "build/test-times/molecule.json")
+    parser.add_argument("--print-table", action="store_true", help="print the last report's table and exit")
+    args = parser.parse_args()
+
+    if args.print_table:
+        if not args.report.exists():
+            sys.exit(f"{args.report} does not exist yet: run `make molecule` first")
+        data = json.loads(args.report.read_text())
+        print(f"Molecule scenarios, {data['jobs']} at a time: {fmt(data['seconds'])} wall\n")
+        print(table(data["scenarios"]))
+        return 0
+
+    names = args.scenarios or scenario_names()
+    unknown = sorted(set(names) - set(scenario_names()))
+    if unknown:
+        sys.exit(f"no such scenario: {', '.join(unknown)}")
+    check_unique_platforms(scenario_names())
+    order = run_order(names, args.report)
+    log_dir = ROOT / "build/logs/molecule"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    runner = Runner(log_dir, started)
+    runner.say(f"{len(order)} scenarios, {args.jobs} at a time, logs in {log_dir.relative_to(ROOT)}/")
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(runner.run, order))
+    wall = time.monotonic() - started
+
+    previous = {}
+    if args.report.exists():
+        try:
+            previous = json.loads(args.report.read_text()).get("scenarios", {})
+        except ValueError:
+            previous = {}
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    # A partial run keeps the other scenarios' last figures.
+    merged = {**previous, **runner.results}
+    args.report.write_text(json.dumps({"jobs": args.jobs, "seconds": round(wall, 1), "scenarios": merged}, indent=2))
+    print(f"\n{len(order)} scenarios in {fmt(wall)} wall, {args.jobs} at a time\n")
+    print(table(runner.results))
+    failed = sorted(n for n, r in runner.results.items() if r["rc"] != 0)
+    if failed:
+        print(f"\nfailed: {', '.join(failed)} (logs in {log_dir.relative_to(ROOT)}/)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
