@@ -7,7 +7,9 @@ Keep additions small and self-contained: several test modules share this file.
 
 Importing this file makes ``ansible_collections.homelab.llm_server`` importable
 (a temporary directory on sys.path in which it is a symlink to this repository),
-so test modules and the module_utils they load can use the collection imports.
+so test modules and the module_utils they load can use the collection imports,
+and puts tests/sysfs on sys.path for ``sysfs_tree``, the writer of simulated
+sysfs/procfs trees (shared with the tree generators in tests/sysfs/*/make_trees.py).
 
 GPU fixtures (gpu_facts, _nvml, _amd_sysfs):
   fake_nvml_libdir  session: tests/nvml_double/fake_nvml.c compiled into a tmp dir
@@ -53,6 +55,8 @@ def _make_collection_importable():
 
 
 _make_collection_importable()
+if SYSFS_TREES_DIR not in sys.path:
+    sys.path.append(SYSFS_TREES_DIR)
 
 # Variables a test subprocess must not inherit from the developer's shell.
 _SCRUBBED_ENV = ('LD_LIBRARY_PATH', 'LD_PRELOAD', 'PYTHONPATH', 'FAKE_NVML_FIXTURE', 'FAKE_NVML_DEBUG')

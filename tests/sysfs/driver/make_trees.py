@@ -32,23 +32,24 @@ the container to move the simulated host between states.
 
 from __future__ import annotations
 
-import argparse
 import base64
-import filecmp
 import os
 import shutil
 import struct
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))  # tests/sysfs, for sysfs_tree
+
+from sysfs_tree import generator_main, write_efivar, write_file  # noqa: E402
+
 RELEASE = '6.1.0-28-amd64'
 EFI_GLOBAL_GUID = '8be4df61-93ca-11d2-aa0d-00e098032b8c'
 SHIM_LOCK_GUID = '605dab50-e046-4300-abb6-3dd810dd8b23'
 # EFI_CERT_X509_GUID and SHIM_LOCK_GUID as they are stored (mixed endian).
 EFI_CERT_X509 = bytes.fromhex('a159c0a5e494a74a87b5ab155c2bf072')
 SHIM_LOCK_OWNER = bytes.fromhex('50ab5d6046e00043abb63dd810dd8b23')
-EFI_VAR_ATTRS = 0x00000007  # non-volatile, boot service, runtime access
 V570 = '570.172.08'
 V580 = '580.95.05'
 
@@ -91,10 +92,6 @@ def nvidia_ko(version, signed):
         body += b'\x30\x82\x01\x00' + b'\x5a' * 256 + struct.pack('>BBBBBxxxI', 0, 0, 2, 0, 0, 260)
         body += b'~Module signature appended~\n'
     return body
-
-
-def efivar(data):
-    return struct.pack('<I', EFI_VAR_ATTRS) + data
 
 
 def signature_lists(certs):
@@ -180,45 +177,38 @@ CASES = {
 }
 
 
-def _write(path, content):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, 'wb') as handle:
-        handle.write(content.encode() if isinstance(content, str) else content)
-
-
 def build_case(case, dest):
     spec = CASES[case]
     root = os.path.join(dest, case)
     proc = os.path.join(root, 'proc')
     sysfs = os.path.join(root, 'sys')
     modules = os.path.join(root, 'lib', 'modules', RELEASE)
-    _write(os.path.join(proc, 'sys', 'kernel', 'osrelease'), RELEASE + '\n')
+    write_file(os.path.join(proc, 'sys', 'kernel', 'osrelease'), RELEASE + '\n')
     loaded = spec.get('loaded')
-    _write(os.path.join(proc, 'modules'), proc_modules(bool(loaded), spec.get('nouveau', False)))
+    write_file(os.path.join(proc, 'modules'), proc_modules(bool(loaded), spec.get('nouveau', False)))
     if loaded:
-        _write(os.path.join(proc, 'driver', 'nvidia', 'version'), nvrm_version(loaded))
-        _write(os.path.join(sysfs, 'module', 'nvidia', 'version'), loaded + '\n')
+        write_file(os.path.join(proc, 'driver', 'nvidia', 'version'), nvrm_version(loaded))
+        write_file(os.path.join(sysfs, 'module', 'nvidia', 'version'), loaded + '\n')
     efi = os.path.join(sysfs, 'firmware', 'efi')
     if spec.get('secure_boot') is not None:
-        _write(os.path.join(efi, 'efivars', 'SecureBoot-' + EFI_GLOBAL_GUID), efivar(bytes([spec['secure_boot']])))
-        _write(os.path.join(efi, 'efivars', 'SetupMode-' + EFI_GLOBAL_GUID), efivar(b'\x00'))
+        write_efivar(sysfs, 'SecureBoot', EFI_GLOBAL_GUID, bytes([spec['secure_boot']]))
+        write_efivar(sysfs, 'SetupMode', EFI_GLOBAL_GUID, b'\x00')
     if spec.get('mok_list'):
-        _write(os.path.join(efi, 'mok-variables', 'MokListRT'), signature_lists(spec['mok_list']))
+        write_file(os.path.join(efi, 'mok-variables', 'MokListRT'), signature_lists(spec['mok_list']))
     if spec.get('mok_list_efivars'):
-        _write(os.path.join(efi, 'efivars', 'MokListRT-' + SHIM_LOCK_GUID),
-               efivar(signature_lists(spec['mok_list_efivars'])))
+        write_efivar(sysfs, 'MokListRT', SHIM_LOCK_GUID, signature_lists(spec['mok_list_efivars']))
     if spec.get('mok_new'):
-        _write(os.path.join(efi, 'efivars', 'MokNew-' + SHIM_LOCK_GUID), efivar(signature_lists(spec['mok_new'])))
-    _write(os.path.join(modules, 'modules.dep'), 'kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko\n')
+        write_efivar(sysfs, 'MokNew', SHIM_LOCK_GUID, signature_lists(spec['mok_new']))
+    write_file(os.path.join(modules, 'modules.dep'), 'kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko\n')
     if spec.get('headers', True):
-        _write(os.path.join(modules, 'build', 'Makefile'), 'VERSION = 6\nPATCHLEVEL = 1\nSUBLEVEL = 0\n')
+        write_file(os.path.join(modules, 'build', 'Makefile'), 'VERSION = 6\nPATCHLEVEL = 1\nSUBLEVEL = 0\n')
     if spec.get('module'):
         version, signed = spec['module']
-        _write(os.path.join(modules, 'updates', 'dkms', 'nvidia.ko'), nvidia_ko(version, signed))
+        write_file(os.path.join(modules, 'updates', 'dkms', 'nvidia.ko'), nvidia_ko(version, signed))
     if spec.get('installed'):
-        _write(os.path.join(root, 'var', 'lib', 'dpkg', 'status'), dpkg_status(spec['installed']))
+        write_file(os.path.join(root, 'var', 'lib', 'dpkg', 'status'), dpkg_status(spec['installed']))
     if spec.get('mok_cert'):
-        _write(os.path.join(root, 'var', 'lib', 'dkms', 'mok.pub'), TEST_MOK_DER)
+        write_file(os.path.join(root, 'var', 'lib', 'dkms', 'mok.pub'), TEST_MOK_DER)
 
 
 def build_all(dest_root):
@@ -229,36 +219,8 @@ def build_all(dest_root):
         build_case(case, dest_root)
 
 
-def tree_differences(left, right):
-    diffs = []
-    comparison = filecmp.dircmp(left, right)
-    diffs += comparison.left_only + comparison.right_only + comparison.diff_files + comparison.funny_files
-    for sub in comparison.common_dirs:
-        diffs += [os.path.join(sub, item) for item in tree_differences(os.path.join(left, sub),
-                                                                       os.path.join(right, sub))]
-    return diffs
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--dest', default=HERE, help='directory to write the case trees into')
-    parser.add_argument('--check', action='store_true', help='compare the trees in --dest with freshly built ones')
-    args = parser.parse_args(argv)
-    if args.check:
-        tmp = tempfile.mkdtemp()
-        try:
-            build_all(tmp)
-            diffs = []
-            for case in CASES:
-                diffs += [os.path.join(case, item) for item in
-                          tree_differences(os.path.join(tmp, case), os.path.join(args.dest, case))]
-        finally:
-            shutil.rmtree(tmp)
-        for item in diffs:
-            print('differs: %s' % item)
-        return 1 if diffs else 0
-    build_all(args.dest)
-    return 0
+    return generator_main(argv, __doc__.splitlines()[0], build_all, CASES, HERE)
 
 
 if __name__ == '__main__':

@@ -54,20 +54,23 @@ above the turn-around point::
         0000:02:10.0/0000:04:00.0          downstream port -> GPU 1
 
 Everything is written byte for byte from the tables below, so the output is
-deterministic.
+deterministic. The writing itself is tests/sysfs/sysfs_tree.py's, shared with
+the unit tests.
 """
 
 from __future__ import annotations
 
-import argparse
-import filecmp
 import os
 import shutil
 import struct
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))  # tests/sysfs, for sysfs_tree
+
+from sysfs_tree import generator_main, write_efivar, write_file, write_pci_device  # noqa: E402
+
 CASES = ('target', 'degraded', 'acs_switch')
 EFI_GUID = '8be4df61-93ca-11d2-aa0d-00e098032b8c'
 
@@ -236,41 +239,29 @@ CASE_DATA = {
 }
 
 
-def _write(path, content):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    mode = 'wb' if isinstance(content, bytes) else 'w'
-    with open(path, mode) as handle:
-        handle.write(content)
-
-
 def build_case(case, dest):
     """Write one case tree to dest (removed first)."""
     data = CASE_DATA[case]
     if os.path.lexists(dest):
         shutil.rmtree(dest)
     sys_dir = os.path.join(dest, 'sys')
-    efivars = os.path.join(sys_dir, 'firmware', 'efi', 'efivars')
-    # efivarfs: 4 bytes of attributes (NV|BS|RT = 0x7 / BS|RT = 0x6) + the value byte
-    _write(os.path.join(efivars, 'SecureBoot-' + EFI_GUID), struct.pack('<IB', 0x06, data['secure_boot']))
-    _write(os.path.join(efivars, 'SetupMode-' + EFI_GUID), struct.pack('<IB', 0x06, data['setup_mode']))
-    _write(os.path.join(sys_dir, 'class', 'iommu', 'dmar0', 'uevent'), '')
-    links = os.path.join(sys_dir, 'bus', 'pci', 'devices')
-    os.makedirs(links)
+    # efivarfs: 4 bytes of attributes (BS|RT = 0x6 for these two) + the value byte
+    write_efivar(sys_dir, 'SecureBoot', EFI_GUID, struct.pack('<B', data['secure_boot']), attributes=0x06)
+    write_efivar(sys_dir, 'SetupMode', EFI_GUID, struct.pack('<B', data['setup_mode']), attributes=0x06)
+    write_file(os.path.join(sys_dir, 'class', 'iommu', 'dmar0', 'uevent'), '')
     for path, files in devices(case):
-        parts = path.split('/')
-        for name, content in sorted(files.items()):
-            _write(os.path.join(sys_dir, 'devices', *(parts + [name])), content)
-        os.symlink(os.path.join('..', '..', '..', 'devices', *parts), os.path.join(links, parts[-1]))
+        write_pci_device(sys_dir, path, files)
     proc = os.path.join(dest, 'proc')
-    _write(os.path.join(proc, 'cmdline'), data['cmdline'])
-    _write(os.path.join(proc, 'modules'), data['modules'])
-    _write(os.path.join(proc, 'meminfo'), data['meminfo'])
-    _write(os.path.join(proc, 'sys', 'kernel', 'osrelease'), data['release'] + '\n')
+    write_file(os.path.join(proc, 'cmdline'), data['cmdline'])
+    write_file(os.path.join(proc, 'modules'), data['modules'])
+    write_file(os.path.join(proc, 'meminfo'), data['meminfo'])
+    write_file(os.path.join(proc, 'sys', 'kernel', 'osrelease'), data['release'] + '\n')
     modules = os.path.join(dest, 'lib', 'modules')
-    _write(os.path.join(modules, data['release'], 'modules.dep'), 'kernel/drivers/nvme/host/nvme.ko:\n')
+    write_file(os.path.join(modules, data['release'], 'modules.dep'), 'kernel/drivers/nvme/host/nvme.ko:\n')
     for release in data['headers']:
-        _write(os.path.join(modules, release, 'modules.dep'), 'kernel/drivers/nvme/host/nvme.ko:\n')
-        _write(os.path.join(modules, release, 'build', 'Makefile'), 'include /usr/src/linux-headers-%s/Makefile\n' % release)
+        write_file(os.path.join(modules, release, 'modules.dep'), 'kernel/drivers/nvme/host/nvme.ko:\n')
+        write_file(os.path.join(modules, release, 'build', 'Makefile'),
+                   'include /usr/src/linux-headers-%s/Makefile\n' % release)
 
 
 def build_all(dest_root):
@@ -278,52 +269,8 @@ def build_all(dest_root):
         build_case(case, os.path.join(dest_root, case))
 
 
-def tree_differences(left, right):
-    """Relative paths that differ between two trees (content, type or link target)."""
-    diffs = []
-    for base, dirs, files in os.walk(left):
-        rel = os.path.relpath(base, left)
-        for name in dirs + files:
-            lpath = os.path.join(base, name)
-            rpath = os.path.join(right, rel, name)
-            relpath = os.path.normpath(os.path.join(rel, name))
-            if not os.path.lexists(rpath):
-                diffs.append(relpath)
-            elif os.path.islink(lpath) or os.path.islink(rpath):
-                if not (os.path.islink(lpath) and os.path.islink(rpath)) or os.readlink(lpath) != os.readlink(rpath):
-                    diffs.append(relpath)
-            elif os.path.isfile(lpath) and not filecmp.cmp(lpath, rpath, shallow=False):
-                diffs.append(relpath)
-        dirs[:] = [name for name in dirs if not os.path.islink(os.path.join(base, name))]
-    for base, dirs, files in os.walk(right):
-        rel = os.path.relpath(base, right)
-        for name in dirs + files:
-            if not os.path.lexists(os.path.join(left, rel, name)):
-                diffs.append(os.path.normpath(os.path.join(rel, name)))
-        dirs[:] = [name for name in dirs if not os.path.islink(os.path.join(base, name))]
-    return sorted(set(diffs))
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--dest', default=HERE, help='directory to write the case trees into')
-    parser.add_argument('--check', action='store_true', help='compare the trees in --dest with freshly built ones')
-    args = parser.parse_args(argv)
-    if args.check:
-        tmp = tempfile.mkdtemp()
-        try:
-            build_all(tmp)
-            diffs = []
-            for case in CASES:
-                diffs += [os.path.join(case, item) for item in
-                          tree_differences(os.path.join(tmp, case), os.path.join(args.dest, case))]
-        finally:
-            shutil.rmtree(tmp)
-        for item in diffs:
-            print('differs: %s' % item)
-        return 1 if diffs else 0
-    build_all(args.dest)
-    return 0
+    return generator_main(argv, __doc__.splitlines()[0], build_all, CASES, HERE)
 
 
 if __name__ == '__main__':

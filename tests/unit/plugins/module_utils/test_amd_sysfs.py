@@ -13,6 +13,7 @@ import importlib.util
 import os
 
 import pytest
+from sysfs_tree import Link, attr, write_pci_device, write_tree  # tests/sysfs, on sys.path through conftest
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 RX7900XTX_TREE = os.path.join(REPO_ROOT, 'tests', 'sysfs', 'amd_rx7900xtx')
@@ -30,12 +31,6 @@ amd = _load('_amd_sysfs')
 nvml = _load('_nvml')
 
 
-def _write(path, value):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, 'w') as handle:
-        handle.write('%s\n' % value)
-
-
 def make_amd_card(root, card, bus_id, symlink=False, hwmon=None, vendor='0x1002', **files):
     """Write <root>/class/drm/<card>/device with the given sysfs files.
 
@@ -44,21 +39,17 @@ def make_amd_card(root, card, bus_id, symlink=False, hwmon=None, vendor='0x1002'
     otherwise it is a plain directory and the bus id comes from uevent.
     hwmon: dict of files for device/hwmon/hwmon0 (None: no hwmon directory).
     """
+    attrs = dict((name, attr(value)) for name, value in files.items())
+    attrs['vendor'] = attr(vendor)
+    if hwmon:
+        attrs['hwmon/hwmon0'] = dict((name, attr(value)) for name, value in hwmon.items())
     card_dir = os.path.join(str(root), 'class', 'drm', card)
-    os.makedirs(card_dir, exist_ok=True)
     if symlink:
-        device = os.path.join(str(root), 'devices', 'pci0000:00', bus_id)
-        os.makedirs(device, exist_ok=True)
-        os.symlink(os.path.relpath(device, card_dir), os.path.join(card_dir, 'device'))
-    else:
-        device = os.path.join(card_dir, 'device')
-        _write(os.path.join(device, 'uevent'), 'DRIVER=amdgpu\nPCI_SLOT_NAME=%s' % bus_id)
-    _write(os.path.join(device, 'vendor'), vendor)
-    for name, value in files.items():
-        _write(os.path.join(device, name), value)
-    for name, value in (hwmon or {}).items():
-        _write(os.path.join(device, 'hwmon', 'hwmon0', name), value)
-    return device
+        device = write_pci_device(root, 'pci0000:00/' + bus_id, attrs, link=False)
+        write_tree(card_dir, {'device': Link(os.path.relpath(device, card_dir))})
+        return device
+    attrs['uevent'] = attr('DRIVER=amdgpu\nPCI_SLOT_NAME=%s' % bus_id)
+    return write_tree(os.path.join(card_dir, 'device'), attrs)
 
 
 def test_rx7900xtx_tree():
@@ -151,7 +142,7 @@ def test_hwmon_without_emergency_and_power_input(tmp_path):
 
 def test_missing_or_empty_sysfs(tmp_path):
     assert amd.collect_amd(str(tmp_path / 'nope')) == []
-    os.makedirs(str(tmp_path / 'class' / 'drm'))
+    write_tree(tmp_path, {'class/drm': {}})
     assert amd.collect_amd(str(tmp_path)) == []
 
 

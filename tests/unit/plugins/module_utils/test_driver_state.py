@@ -13,6 +13,7 @@ import shutil
 import struct
 
 import pytest
+from sysfs_tree import attr, write_efivar, write_file, write_pci_device  # tests/sysfs, on sys.path through conftest
 
 # tests/unit/conftest.py makes the collection importable.
 from ansible_collections.homelab.llm_server.plugins.module_utils import _driver_state as ds
@@ -270,8 +271,8 @@ def test_upstream_version(deb, upstream):
 
 def test_proprietary_nvrm_version_line(tree):
     root = tree('sb_off')
-    with open(os.path.join(root, 'proc', 'driver', 'nvidia', 'version'), 'w') as handle:
-        handle.write('NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.172.08  Tue Jul  8 18:39:27 UTC 2025\n')
+    write_file(os.path.join(root, 'proc', 'driver', 'nvidia', 'version'),
+               'NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.172.08  Tue Jul  8 18:39:27 UTC 2025\n')
     loaded, version, is_open, dummy = ds.read_loaded_nvidia(os.path.join(root, 'proc'), os.path.join(root, 'sys'),
                                                             {'nvidia'})
     assert (loaded, version, is_open) == (True, '570.172.08', False)
@@ -307,8 +308,7 @@ def test_mok_list_split_over_several_variables(tree):
     size = 16 + len(cert)
     entry = bytes.fromhex('a159c0a5e494a74a87b5ab155c2bf072') + struct.pack('<III', 28 + size, 0, size) \
         + bytes(16) + cert
-    with open(os.path.join(root, 'sys', 'firmware', 'efi', 'mok-variables', 'MokListRT1'), 'wb') as handle:
-        handle.write(entry)
+    write_file(os.path.join(root, 'sys', 'firmware', 'efi', 'mok-variables', 'MokListRT1'), entry)
     result = ds.gather(params(root))
     assert result['mok_state'] == 'enrolled'
     assert result['mok_enrolled_certificates'] == 2
@@ -316,20 +316,15 @@ def test_mok_list_split_over_several_variables(tree):
 
 def test_mok_new_for_another_key_is_not_ours(tree):
     root = tree('sb_on_not_enrolled')
-    efivars = os.path.join(root, 'sys', 'firmware', 'efi', 'efivars')
-    with open(os.path.join(efivars, 'MokNew-' + SHIM_LOCK_GUID), 'wb') as handle:
-        handle.write(b'\x07\x00\x00\x00' + b'another key request')
+    write_efivar(os.path.join(root, 'sys'), 'MokNew', SHIM_LOCK_GUID, b'another key request')
     result = ds.gather(params(root))
     assert result['mok_request_pending']
     assert result['mok_state'] == 'not_enrolled'
 
 
 def _pci_device(sysfs, address, vendor, device, pci_class):
-    path = os.path.join(sysfs, 'bus', 'pci', 'devices', address)
-    os.makedirs(path)
-    for name, value in (('vendor', vendor), ('device', device), ('class', pci_class)):
-        with open(os.path.join(path, name), 'w') as handle:
-            handle.write(value + '\n')
+    write_pci_device(sysfs, 'pci0000:00/' + address,
+                     {'vendor': attr(vendor), 'device': attr(device), 'class': attr(pci_class)})
 
 
 def test_pci_scan_tells_which_gpus_need_open_modules(tmp_path):

@@ -12,6 +12,7 @@ import shutil
 import struct
 
 import pytest
+from sysfs_tree import Link, attr, tree_differences, write_file, write_pci_device, write_tree  # tests/sysfs
 
 # tests/unit/conftest.py makes the collection importable.
 from ansible_collections.homelab.llm_server.plugins.module_utils import _preflight as pf
@@ -142,14 +143,14 @@ def test_normalize_bdf(value, expected):
 def test_committed_trees_match_generator(tmp_path):
     make_trees.build_all(str(tmp_path))
     for case in make_trees.CASES:
-        assert make_trees.tree_differences(str(tmp_path / case), os.path.join(TREES, case)) == []
+        assert tree_differences(str(tmp_path / case), os.path.join(TREES, case)) == []
 
 
 def test_generator_is_deterministic(tmp_path):
     make_trees.build_all(str(tmp_path / 'a'))
     make_trees.build_all(str(tmp_path / 'b'))
     for case in make_trees.CASES:
-        assert make_trees.tree_differences(str(tmp_path / 'a' / case), str(tmp_path / 'b' / case)) == []
+        assert tree_differences(str(tmp_path / 'a' / case), str(tmp_path / 'b' / case)) == []
 
 
 def test_config_files_are_4096_bytes():
@@ -193,14 +194,11 @@ def test_upstream_bridges_resolve_inside_fake_tree():
 
 
 def test_absolute_symlink_is_kept_inside_the_root(tmp_path):
-    sysfs = tmp_path / 'sys'
-    device = sysfs / 'devices' / 'pci0000:00' / '0000:00:02.0' / '0000:05:00.0'
-    device.mkdir(parents=True)
-    links = sysfs / 'bus' / 'pci' / 'devices'
-    links.mkdir(parents=True)
-    os.symlink('/sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0', str(links / '0000:05:00.0'))
-    bridges = pf.pci_upstream_bridges(str(sysfs), '0000:05:00.0')
-    assert bridges == [('0000:00:02.0', str(device.parent))]
+    sysfs = str(tmp_path / 'sys')
+    device = write_pci_device(sysfs, 'pci0000:00/0000:00:02.0/0000:05:00.0', {}, link=False)
+    write_tree(sysfs, {'bus/pci/devices/0000:05:00.0': Link('/sys/devices/pci0000:00/0000:00:02.0/0000:05:00.0')})
+    bridges = pf.pci_upstream_bridges(sysfs, '0000:05:00.0')
+    assert bridges == [('0000:00:02.0', os.path.dirname(device))]
 
 
 def test_read_meminfo_and_cmdline():
@@ -258,7 +256,7 @@ def test_secure_boot_on_with_fail_severity():
 
 
 def test_secure_boot_unknown_under_uefi(tmp_path):
-    (tmp_path / 'firmware' / 'efi').mkdir(parents=True)
+    write_tree(tmp_path, {'firmware/efi': {}})
     check = run('secure_boot', sysfs_root=str(tmp_path))
     assert check['status'] == 'warn'
     assert 'unknown' in check['message']
@@ -270,10 +268,8 @@ def test_secure_boot_skipped_without_uefi(tmp_path):
 
 def test_secure_boot_legacy_vars_and_setup_mode(tmp_path):
     guid = pf.EFI_GLOBAL_VARIABLE_GUID
-    for name, value in (('SecureBoot', 0), ('SetupMode', 1)):
-        var = tmp_path / 'firmware' / 'efi' / 'vars' / ('%s-%s' % (name, guid))
-        var.mkdir(parents=True)
-        (var / 'data').write_bytes(bytes([value]))
+    write_tree(tmp_path, {'firmware/efi/vars/SecureBoot-%s/data' % guid: bytes([0]),
+                          'firmware/efi/vars/SetupMode-%s/data' % guid: bytes([1])})
     check = run('secure_boot', sysfs_root=str(tmp_path))
     assert check['status'] == 'pass'
     assert 'Setup Mode' in check['message']
@@ -336,7 +332,7 @@ def test_nvidia_driver_error_with_module_loaded_no_mismatch():
 
 
 def test_nvidia_driver_error_without_nvidia_hardware_is_skipped(tmp_path):
-    (tmp_path / 'bus' / 'pci' / 'devices').mkdir(parents=True)
+    write_tree(tmp_path, {'bus/pci/devices': {}})
     check = run('nvidia_driver', gpus=[gpu(vendor='amd')], nvml_error='NVML Shared Library Not Found',
                 sysfs_root=str(tmp_path), procfs_root=str(tmp_path))
     assert check['status'] == 'skip'
@@ -512,9 +508,8 @@ def test_iommu_acs_redirect_with_fail_severity():
 def test_iommu_acs_switch_without_redirect_passes(tmp_path):
     tree = copy_case('acs_switch', tmp_path)
     for bdf in ('0000:02:08.0', '0000:02:10.0'):
-        config = os.path.join(pf.pci_device_path(tree['sysfs_root'], bdf), 'config')
-        with open(config, 'wb') as handle:
-            handle.write(make_trees.switch_port(make_trees.SWITCH_DOWN, 0x0001)['config'])
+        write_file(os.path.join(pf.pci_device_path(tree['sysfs_root'], bdf), 'config'),
+                   make_trees.switch_port(make_trees.SWITCH_DOWN, 0x0001)['config'])
     check = run('iommu_acs', 'acs_switch', **tree)
     assert check['status'] == 'pass'
     assert 'no ACS redirect on the 2 switch ports between the 2 GPUs' in check['message']
@@ -532,8 +527,7 @@ def test_iommu_translated_degraded_is_a_warning_even_with_fail_severity():
 
 def test_iommu_off_by_cmdline(tmp_path):
     tree = copy_case('acs_switch', tmp_path)
-    with open(os.path.join(tree['procfs_root'], 'cmdline'), 'w') as handle:
-        handle.write('ro quiet intel_iommu=off\n')
+    write_file(os.path.join(tree['procfs_root'], 'cmdline'), 'ro quiet intel_iommu=off\n')
     check = run('iommu_acs', 'acs_switch', **tree)
     # ACS redirect on the switch ports is still a problem
     assert check['status'] == 'warn'
@@ -542,18 +536,19 @@ def test_iommu_off_by_cmdline(tmp_path):
     assert run('iommu_acs', 'degraded', procfs_root=tree['procfs_root'])['message'].startswith('IOMMU off;')
 
 
+def _iommu_group(sysfs, group, group_type, bdf):
+    """Put the PCI device bdf into IOMMU group <group> of the given type, as the kernel shows it."""
+    group_dir = write_tree(os.path.join(sysfs, 'kernel', 'iommu_groups', group), {'type': attr(group_type)})
+    device = pf.pci_device_path(sysfs, bdf)
+    write_tree(device, {'iommu_group': Link(os.path.relpath(group_dir, device))})
+
+
 def test_iommu_group_type_identity_counts_as_passthrough(tmp_path):
     tree = copy_case('target', tmp_path)
-    with open(os.path.join(tree['procfs_root'], 'cmdline'), 'w') as handle:
-        handle.write('ro quiet\n')
+    write_file(os.path.join(tree['procfs_root'], 'cmdline'), 'ro quiet\n')
     assert run('iommu_acs', **tree)['status'] == 'warn'
     for group, bdf in (('14', '0000:01:00.0'), ('15', '0000:02:00.0')):
-        group_dir = os.path.join(tree['sysfs_root'], 'kernel', 'iommu_groups', group)
-        os.makedirs(group_dir)
-        with open(os.path.join(group_dir, 'type'), 'w') as handle:
-            handle.write('identity\n')
-        device = pf.pci_device_path(tree['sysfs_root'], bdf)
-        os.symlink(os.path.relpath(group_dir, device), os.path.join(device, 'iommu_group'))
+        _iommu_group(tree['sysfs_root'], group, 'identity', bdf)
     check = run('iommu_acs', **tree)
     assert check['status'] == 'pass'
     assert 'group type identity' in check['message']
@@ -561,12 +556,7 @@ def test_iommu_group_type_identity_counts_as_passthrough(tmp_path):
 
 def test_iommu_group_type_dma_counts_as_translated(tmp_path):
     tree = copy_case('target', tmp_path)
-    group_dir = os.path.join(tree['sysfs_root'], 'kernel', 'iommu_groups', '14')
-    os.makedirs(group_dir)
-    with open(os.path.join(group_dir, 'type'), 'w') as handle:
-        handle.write('DMA-FQ\n')
-    device = pf.pci_device_path(tree['sysfs_root'], '0000:01:00.0')
-    os.symlink(os.path.relpath(group_dir, device), os.path.join(device, 'iommu_group'))
+    _iommu_group(tree['sysfs_root'], '14', 'DMA-FQ', '0000:01:00.0')
     check = run('iommu_acs', **tree)
     assert check['status'] == 'warn'
     assert 'IOMMU translating GPU DMA (group type DMA-FQ)' in check['message']
@@ -578,8 +568,7 @@ def test_iommu_acs_unreadable_config_passes_with_note(tmp_path):
         config = os.path.join(pf.pci_device_path(tree['sysfs_root'], bdf), 'config')
         with open(config, 'rb') as handle:
             head = handle.read(64)
-        with open(config, 'wb') as handle:
-            handle.write(head)
+        write_file(config, head)
     check = run('iommu_acs', 'acs_switch', **tree)
     assert check['status'] == 'pass'
     assert 'config space of 0000:02:08.0, 0000:02:10.0 not readable' in check['message']
@@ -587,20 +576,15 @@ def test_iommu_acs_unreadable_config_passes_with_note(tmp_path):
 
 def test_iommu_acs_gpus_on_different_root_ports_ignore_root_port_redirect(tmp_path):
     """Traffic between root ports crosses the root complex anyway: root port redirect does not matter."""
-    sysfs = tmp_path / 'sys'
-    links = sysfs / 'bus' / 'pci' / 'devices'
-    links.mkdir(parents=True)
-    (sysfs / 'class' / 'iommu' / 'dmar0').mkdir(parents=True)
+    sysfs = write_tree(tmp_path / 'sys', {'class/iommu/dmar0': {}})
+    proc = write_tree(tmp_path / 'proc', {'cmdline': 'ro iommu=pt\n'})
     for port, gpu_bdf in (('0000:00:01.0', '0000:01:00.0'), ('0000:00:03.0', '0000:02:00.0')):
-        port_dir = sysfs / 'devices' / 'pci0000:00' / port
-        (port_dir / gpu_bdf).mkdir(parents=True)
-        (port_dir / 'config').write_bytes(make_trees.root_port(0x8086, 0xA70D, make_trees.ACS_LINUX_DEFAULT)['config'])
-        os.symlink(os.path.join('..', '..', '..', 'devices', 'pci0000:00', port, gpu_bdf), str(links / gpu_bdf))
-    proc = tmp_path / 'proc'
-    proc.mkdir()
-    (proc / 'cmdline').write_text('ro iommu=pt\n')
+        write_pci_device(sysfs, 'pci0000:00/' + port,
+                         {'config': make_trees.root_port(0x8086, 0xA70D, make_trees.ACS_LINUX_DEFAULT)['config']},
+                         link=False)
+        write_pci_device(sysfs, 'pci0000:00/%s/%s' % (port, gpu_bdf), {})
     gpus = [gpu(0, '0000:01:00.0'), gpu(1, '0000:02:00.0')]
-    check = run('iommu_acs', gpus=gpus, sysfs_root=str(sysfs), procfs_root=str(proc))
+    check = run('iommu_acs', gpus=gpus, sysfs_root=sysfs, procfs_root=proc)
     assert check['status'] == 'pass'
     assert 'share no PCIe switch' in check['message']
 
