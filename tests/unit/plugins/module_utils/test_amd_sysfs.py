@@ -29,6 +29,7 @@ def _load(name):
 
 amd = _load('_amd_sysfs')
 nvml = _load('_nvml')
+preflight = _load('_preflight')
 
 
 def make_amd_card(root, card, bus_id, symlink=False, hwmon=None, vendor='0x1002', **files):
@@ -125,6 +126,16 @@ def test_bar_without_resizable_bar_and_slot_limited_link(tmp_path):
     assert gpu['memory_used_bytes'] is None and gpu['memory_free_bytes'] is None
     assert gpu['temperature_c'] is None and gpu['power_draw_w'] is None
     assert gpu['clocks']['graphics_mhz'] is None
+
+
+def test_preflight_names_the_running_and_the_max_link_from_sysfs(tmp_path):
+    """current_link_speed/width is the running link, max_link_speed/width the maximum, in the pcie_link check."""
+    make_amd_card(tmp_path, 'card0', '0000:03:00.0', device='0x744c',
+                  current_link_speed='8.0 GT/s PCIe', current_link_width=8,
+                  max_link_speed='16.0 GT/s PCIe', max_link_width=16)
+    check = preflight.run_check('pcie_link', preflight._Ctx({'gpus': amd.collect_amd(str(tmp_path))}))
+    assert check['status'] == 'fail'
+    assert check['message'] == 'GPU 0 (0000:03:00.0) PCIe link downtrained: running Gen3 x8, max Gen4 x16.'
 
 
 def test_hwmon_without_emergency_and_power_input(tmp_path):
