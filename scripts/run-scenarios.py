@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run Molecule scenarios side by side and time every phase.
 
 Each scenario runs `molecule test -s NAME` in its own process; its output goes
@@ -121,7 +120,7 @@ class Runner:
 def table(results: dict[str, dict]) -> str:
     used = [p for p in PHASES if any(p in r["phases"] for r in results.values())]
     lines = ["| scenario | total | " + " | ".join(used) + " |",
-             "| --- | ---: | " + " | ".join("---:" for _ in used) + " |"]
+             "| --- | ---: | " + " | ".join("---:" for _phase in used) + " |"]
     for name, r in sorted(results.items(), key=lambda kv: -kv[1]["seconds"]):
         cells = [fmt(r["phases"][p]) if p in r["phases"] else "" for p in used]
         status = "" if r["rc"] == 0 else " (failed)"

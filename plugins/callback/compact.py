@@ -17,7 +17,8 @@ description:
   - Enable with C(ANSIBLE_STDOUT_CALLBACK=homelab.llm_server.compact) or
     C(stdout_callback = homelab.llm_server.compact) in C(ansible.cfg).
 version_added: 0.1.0
-author: homelab.llm_server contributors
+author:
+  - homelab.llm_server maintainers (@homelab)
 extends_documentation_fragment:
   - default_callback
   - result_format_callback
