@@ -7,7 +7,8 @@ set -euo pipefail
 
 IMAGE_NAME=${IMAGE_NAME:-localhost/llm-server-test}
 SUITE=bookworm
-PACKAGES=python3,python3-venv,python3-apt,systemd,systemd-sysv,sudo,ca-certificates,iproute2,procps,kmod
+# openssh-server: one scenario reaches its hosts over SSH, as users reach a server.
+PACKAGES=python3,python3-venv,python3-apt,systemd,systemd-sysv,sudo,ca-certificates,iproute2,procps,kmod,openssh-server
 
 recipe_hash=$( { cat "$0"; echo "$PACKAGES"; } | sha256sum | cut -c1-12)
 image="${IMAGE_NAME}:debian12-${recipe_hash}"

@@ -3,11 +3,12 @@
 # and the cgroupfs manager (crun fails on hybrid cgroups), explicit ulimits
 # (rootful podman cannot raise them above the host's), debootstrap for the
 # locally built image, gcc for the NVML test double, g++, cmake and git for
-# llama-server (scripts/build-llamacpp.sh).
+# llama-server (scripts/build-llamacpp.sh), the SSH client for the scenario
+# that reaches its hosts over SSH.
 set -euo pipefail
 
 need=()
-for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg; do
+for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
