@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("create", "prepare", "check", "converge", "idempotence", "side_effect", "verify", "destroy")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PHASE_LINE = re.compile(r"(?P<scenario>\S+) ➜ (?P<phase>\w+): (?P<what>Executing|Executed)")
-# Longest first when there is no earlier timing to go by (figures of the
-# serial suite before mitogen; only the order matters).
-FALLBACK_ORDER = ("proxy", "nvidia_driver", "nvidia_driver_decisions", "vllm", "proxy_acme", "llamacpp")
+# Longest first when there is no earlier timing to go by (a full run of
+# 2026-11-24, three at a time on 2 CPUs; only the order matters).
+FALLBACK_ORDER = ("nvidia_driver_decisions", "nvidia_driver", "llamacpp", "container_runtime", "proxy",
+                  "proxy_acme", "vllm", "cuda_toolkit", "default", "preflight_failures", "bad_input")
 
 
 def scenario_names() -> list[str]:
