@@ -38,7 +38,8 @@ MOLECULE_JOBS ?= 3
 help:
 	@echo "make test   install what is needed, then lint, sanity, unit tests and Molecule scenarios"
 	@echo "make demo   run playbooks/site.yml against a disposable container with two simulated GPUs"
-	@echo "make bench  measure gpu_facts, preflight, the driver/toolkit/runtime roles, llm-bench and the proxy (docs/benchmarks.md)"
+	@echo "make bench  the suite's time per scenario and phase, site.yml's first converge and no-op time per role, then"
+	@echo "            gpu_facts, preflight, the driver/toolkit/runtime roles, llm-bench and the proxy (docs/benchmarks.md)"
 
 # Python tooling, rebuilt when requirements.txt changes.
 $(BIN)/.installed: requirements.txt
@@ -135,7 +136,9 @@ demo: venv image nvml-double wheels nvidia-repo llamacpp tiny-model
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) bash scripts/demo.sh
 
 .PHONY: bench
-bench: venv image nvml-double wheels nvidia-repo
+bench: venv image nvml-double wheels nvidia-repo llamacpp tiny-model
+	$(BIN)/python scripts/run-scenarios.py --print-table
+	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) $(BIN)/python benchmarks/site_run.py
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/foundation.py
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/runtime_roles.py
 	$(BIN)/python benchmarks/loadbench_ceiling.py

@@ -139,7 +139,8 @@ def main() -> int:
 
     if args.print_table:
         if not args.report.exists():
-            sys.exit(f"{args.report} does not exist yet: run `make molecule` first")
+            print(f"No scenario times yet ({args.report.relative_to(ROOT)}): `make molecule` writes them.")
+            return 0
         data = json.loads(args.report.read_text())
         print(f"Molecule scenarios, {data['jobs']} at a time: {fmt(data['seconds'])} wall\n")
         print(table(data["scenarios"]))
