@@ -110,6 +110,12 @@ image: host
 lint: venv
 	$(BIN)/ansible-lint --profile production
 
+# Every role's defaults/main.yml and meta/argument_specs.yml name the same
+# variables with the same defaults.
+.PHONY: role-defaults
+role-defaults: venv
+	$(BIN)/python scripts/check-role-defaults.py
+
 .PHONY: sanity
 sanity: venv
 	bash scripts/sanity.sh
@@ -128,7 +134,7 @@ galaxy: venv nvml-double
 	bash scripts/check-galaxy-build.sh
 
 .PHONY: test
-test: venv host lint sanity unit galaxy molecule
+test: venv host lint role-defaults sanity unit galaxy molecule
 	@echo "make test: all checks passed"
 
 .PHONY: demo
