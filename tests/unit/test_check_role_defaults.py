@@ -66,6 +66,11 @@ def test_other_entry_point_declares_it(tmp_path):
     assert run(tmp_path).returncode == 0
 
 
+def test_shared_variables_live_in_the_specs_only(tmp_path):
+    make_role(tmp_path, "r", {}, {"llm_server_allow_reboot": {"type": "bool", "default": False}})
+    assert run(tmp_path).returncode == 0
+
+
 def test_the_collection_roles_match():
     result = run(ROOT / "roles")
     assert result.returncode == 0, result.stdout
