@@ -93,7 +93,8 @@ def check_role(role: pathlib.Path) -> tuple[list[str], int]:
         if not declared:
             problems.append(f"{name}: `{variable}` is in defaults/main.yml but no entry point declares it: "
                             f"add `{variable}` to {specs_path} options")
-        elif value is not None and not any("default" in details for _, details in declared):
+        elif value is not None and not any("default" in spec or spec.get("required")
+                                           for _entry, spec in declared):
             problems.append(f"{name}: `{variable}` is {show(value)} in defaults/main.yml but no entry point "
                             f"gives it a default: set default of `{variable}` in {specs_path} to {show(value)}")
 
