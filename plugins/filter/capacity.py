@@ -34,15 +34,21 @@ def _gpu_list(gpus):
 def capacity_plan(gpus, model, tensor_parallel_size=None, pipeline_parallel_size=1,
                   gpu_memory_utilization=_capacity.DEFAULT_GPU_MEMORY_UTILIZATION, max_model_len=None,
                   kv_cache_dtype='auto', weight_bits=None, reserve_gib=_capacity.DEFAULT_RESERVE_GIB,
-                  max_num_seqs=None, min_concurrent_sequences=_capacity.DEFAULT_MIN_CONCURRENT_SEQUENCES):
-    """Plan serving ``model`` with vLLM on ``gpus`` (gpu_facts records, preset names or specs)."""
+                  max_num_seqs=None, min_concurrent_sequences=_capacity.DEFAULT_MIN_CONCURRENT_SEQUENCES,
+                  cpu_kv_cache_gib=None):
+    """Plan serving ``model`` with vLLM on ``gpus`` (gpu_facts records, preset names or specs).
+
+    cpu_kv_cache_gib: plan vLLM's CPU build, whose KV cache is that many GiB of
+    host memory; ``gpus`` is then the host as a spec (name, memory_bytes,
+    memory_bandwidth_gbps).
+    """
     try:
         return _capacity.plan(_gpu_list(gpus), model, tensor_parallel_size=tensor_parallel_size,
                               pipeline_parallel_size=pipeline_parallel_size,
                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                               kv_cache_dtype=kv_cache_dtype, weight_bits=weight_bits, reserve_gib=reserve_gib,
                               max_num_seqs=max_num_seqs, min_concurrent_sequences=min_concurrent_sequences,
-                              tables=_tables())
+                              cpu_kv_cache_gib=cpu_kv_cache_gib, tables=_tables())
     except _capacity.CapacityError as exc:
         raise AnsibleFilterError('capacity_plan: %s' % exc)
 

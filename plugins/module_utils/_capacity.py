@@ -32,6 +32,10 @@ Assumptions, stated once and used everywhere:
               and NCCL buffers; it is an estimate, not a measurement: raise it
               if vLLM reports less KV cache than planned. GPUs of one instance
               are sized by the smallest one, as vLLM does.
+  CPU         vLLM's CPU build allocates exactly cpu_kv_cache_gib of host
+              memory for the KV cache (VLLM_CPU_KVCACHE_SPACE), in blocks of
+              128 tokens; the "GPU" is the host: its memory must hold the
+              weights, that cache and the reserve.
   Valid TP    divides the attention heads, divides the KV heads or is a
               multiple of them, and tp x pp is at most the number of GPUs.
   Decode      single-stream ceiling = tp x per-GPU bandwidth / bytes read per
@@ -71,6 +75,7 @@ MIN_USEFUL_CONTEXT = 4096
 # gpus_needed looks this far: tensor parallel groups of the first GPU given.
 MAX_GPUS_CONSIDERED = 8
 KV_BLOCK_TOKENS = 16
+CPU_KV_BLOCK_TOKENS = 128
 MEMORY_MATCH_TOLERANCE = 0.10
 LAYOUTS = ('tensor_parallel', 'per_gpu', 'per_gpu_models')
 TRAINING_TABLE_SIZES = ('gpt-125m', 'gpt-355m', 'gpt-1.3b', 'gpt-3b', 'gpt-7b')
@@ -586,12 +591,19 @@ def _evaluate(gpus, model, tp, pp, options):
     else:
         stage_bytes = body_bytes * stage_layers / layers + model['vocab_size'] * model['hidden_size'] * embed_bits / 8.0
     weights_per_gpu = stage_bytes / tp
-    budget = memory * util
-    kv_cache_bytes = budget - weights_per_gpu - reserve
     kv_elem = options['kv_bytes']
     per_token = kv_bytes_per_token(model, kv_elem)
     per_token_gpu = kv_bytes_per_token(model, kv_elem, tp, stage_layers)
-    tokens = _floor_to(kv_cache_bytes / per_token_gpu, KV_BLOCK_TOKENS) if kv_cache_bytes > 0 else 0
+    cpu_kv = options['cpu_kv_cache_bytes']
+    if cpu_kv is None:
+        budget = memory * util
+        kv_cache_bytes = budget - weights_per_gpu - reserve
+        tokens = _floor_to(kv_cache_bytes / per_token_gpu, KV_BLOCK_TOKENS) if kv_cache_bytes > 0 else 0
+    else:
+        # The CPU build: a KV cache of the size given, beside the weights in host memory.
+        budget = memory - cpu_kv
+        kv_cache_bytes = cpu_kv
+        tokens = _floor_to(cpu_kv / per_token_gpu, CPU_KV_BLOCK_TOKENS)
 
     max_pos = model.get('max_position_embeddings')
     given_len = options['max_model_len']
@@ -656,7 +668,8 @@ def _evaluate(gpus, model, tp, pp, options):
     }
 
 
-def _options(gpu_memory_utilization, max_model_len, kv_cache_dtype, weight_bits, reserve_gib, max_num_seqs, model):
+def _options(gpu_memory_utilization, max_model_len, kv_cache_dtype, weight_bits, reserve_gib, max_num_seqs, model,
+             cpu_kv_cache_gib=None):
     util = _number(gpu_memory_utilization, 'gpu_memory_utilization')
     if util > 1:
         raise CapacityError('gpu_memory_utilization is a fraction of GPU memory (0 < x <= 1), not %r'
@@ -675,19 +688,23 @@ def _options(gpu_memory_utilization, max_model_len, kv_cache_dtype, weight_bits,
         'weight_bits': weight_bits,
         'reserve_bytes': reserve * GIB,
         'max_num_seqs': _int(max_num_seqs, 'max_num_seqs', allow_none=True),
+        'cpu_kv_cache_bytes': (None if cpu_kv_cache_gib is None
+                               else _number(cpu_kv_cache_gib, 'cpu_kv_cache_gib') * GIB),
     }
 
 
 def plan(gpus, model, tensor_parallel_size=None, pipeline_parallel_size=1,
          gpu_memory_utilization=DEFAULT_GPU_MEMORY_UTILIZATION, max_model_len=None, kv_cache_dtype='auto',
          weight_bits=None, reserve_gib=DEFAULT_RESERVE_GIB, max_num_seqs=None,
-         min_concurrent_sequences=DEFAULT_MIN_CONCURRENT_SEQUENCES, tables=None):
+         min_concurrent_sequences=DEFAULT_MIN_CONCURRENT_SEQUENCES, cpu_kv_cache_gib=None, tables=None):
     """Plan serving ``model`` with vLLM on ``gpus``; see the module docstring for the assumptions.
 
     Without tensor_parallel_size the planner picks one: the smallest fitting
     size that holds min_concurrent_sequences sequences of max_model_len,
     else the fitting size that holds the most. ``model`` may also be a list of
-    models: then each gets a GPU of its own (plan_models).
+    models: then each gets a GPU of its own (plan_models). cpu_kv_cache_gib
+    plans vLLM's CPU build: ``gpus`` is then the host (its memory), and the KV
+    cache is that many GiB.
     """
     tables = tables or {}
     if isinstance(model, (list, tuple)):
@@ -700,7 +717,7 @@ def plan(gpus, model, tensor_parallel_size=None, pipeline_parallel_size=1,
     gpu_list = resolve_gpus(gpus, tables.get('gpus'))
     spec = resolve_model(model, tables.get('models'))
     options = _options(gpu_memory_utilization, max_model_len, kv_cache_dtype, weight_bits, reserve_gib,
-                       max_num_seqs, spec)
+                       max_num_seqs, spec, cpu_kv_cache_gib=cpu_kv_cache_gib)
     pp = _int(pipeline_parallel_size, 'pipeline_parallel_size')
     min_sequences = _int(min_concurrent_sequences, 'min_concurrent_sequences')
     if pp > len(gpu_list):
@@ -834,11 +851,18 @@ def _reasons(result, spec, candidates, fitting, options, auto, gpu_count):
     if len(result['vendors']) > 1:
         reasons.append('Does not fit: one vLLM instance cannot span %s GPUs; give only one vendor\'s GPUs.'
                        % ' and '.join(result['vendors']))
-    reasons.append('Memory per GPU: %s x %.2f = %s; minus the weights and a %s reserve (activations, CUDA graphs, '
-                   'CUDA context) leaves %s for the KV cache.' % (
-                       _gib(result['memory_bytes_per_gpu']), result['gpu_memory_utilization'],
-                       _gib(result['memory_budget_bytes_per_gpu']), _gib(result['reserve_bytes_per_gpu']),
-                       _gib(result['kv_cache_bytes_per_gpu'])))
+    if options['cpu_kv_cache_bytes'] is not None:
+        reasons.append('CPU: the KV cache is the %s given (VLLM_CPU_KVCACHE_SPACE), %s tokens in blocks of %d; '
+                       'the host\'s %s hold it, the weights and a %s reserve.' % (
+                           _gib(result['kv_cache_bytes_per_gpu']), _count(result['kv_cache_tokens']),
+                           CPU_KV_BLOCK_TOKENS, _gib(result['memory_bytes_per_gpu']),
+                           _gib(result['reserve_bytes_per_gpu'])))
+    else:
+        reasons.append('Memory per GPU: %s x %.2f = %s; minus the weights and a %s reserve (activations, CUDA '
+                       'graphs, CUDA context) leaves %s for the KV cache.' % (
+                           _gib(result['memory_bytes_per_gpu']), result['gpu_memory_utilization'],
+                           _gib(result['memory_budget_bytes_per_gpu']), _gib(result['reserve_bytes_per_gpu']),
+                           _gib(result['kv_cache_bytes_per_gpu'])))
     smallest = fitting[0] if fitting else None
     if not result['weights_fit']:
         reasons.append('Does not fit: the weights need %s (%s) per GPU but only %s remain after the reserve. %s' % (

@@ -415,3 +415,40 @@ def test_plan_from_params_fails_only_when_asked():
     outcome = capacity.plan_from_params(params, tables=TABLES)
     assert outcome['failed'] is True
     assert outcome['msg'].startswith('Does not fit: the weights need 135.4 GiB')
+
+
+# --------------------------------------------------------------------------- vLLM's CPU build
+
+# The tiny Qwen3 that tests/hf_model/make_tiny_qwen.py writes, as its config.json says.
+TINY_QWEN3 = {'architectures': ['Qwen3ForCausalLM'], 'hidden_size': 128, 'num_hidden_layers': 2,
+              'num_attention_heads': 4, 'num_key_value_heads': 2, 'head_dim': 64, 'intermediate_size': 256,
+              'vocab_size': 512, 'tie_word_embeddings': True, 'max_position_embeddings': 2048,
+              'torch_dtype': 'bfloat16'}
+HOST_24_GIB = {'name': 'CPU', 'vendor': 'cpu', 'memory_bytes': 24 * GIB, 'memory_bandwidth_gbps': 80}
+
+
+def test_cpu_kv_cache_is_the_space_given_in_blocks_of_128():
+    # 2 (K, V) x 2 layers x 2 KV heads x 64 head_dim x 2 bytes = 1,024 bytes a token;
+    # 1 GiB / 1,024 = 1,048,576 tokens, a multiple of 128: vLLM 0.32.0's CPU build
+    # logs "CPU KV cache size: 1,048,576 tokens" for this model with VLLM_CPU_KVCACHE_SPACE=1.
+    result = plan([HOST_24_GIB], TINY_QWEN3, tensor_parallel_size=1, max_model_len=1024, cpu_kv_cache_gib=1)
+    assert result['kv_bytes_per_token'] == 1024
+    assert result['kv_cache_tokens'] == 1048576
+    assert result['kv_cache_bytes_per_gpu'] == GIB
+    assert result['fits']
+    assert any(r.startswith('CPU: the KV cache is the 1.0 GiB given') for r in result['reasons'])
+
+
+def test_cpu_kv_cache_rounds_down_to_whole_blocks_of_128():
+    # 3 KV heads of 96: 2 x 2 x 3 x 96 x 2 = 2,304 bytes a token; 2^30 / 2,304 = 466,033.7,
+    # rounded down to a multiple of 128: 465,920.
+    model = dict(TINY_QWEN3, num_attention_heads=6, num_key_value_heads=3, head_dim=96)
+    result = plan([HOST_24_GIB], model, tensor_parallel_size=1, max_model_len=1024, cpu_kv_cache_gib=1)
+    assert result['kv_cache_tokens'] == 465920
+
+
+def test_cpu_kv_cache_larger_than_host_memory_does_not_fit():
+    # 24 GiB of host memory cannot hold a 32 GiB KV cache.
+    result = plan([HOST_24_GIB], TINY_QWEN3, tensor_parallel_size=1, max_model_len=1024, cpu_kv_cache_gib=32)
+    assert not result['fits']
+    assert not result['weights_fit']
