@@ -35,8 +35,9 @@ HARNESS_PHASES = ("", "destroy", "create", "prepare")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PHASE_LINE = re.compile(r"(?P<scenario>\S+) ➜ (?P<phase>\w+): (?P<what>Executing|Executed)")
 # Longest first when there is no earlier timing to go by (a full run of
-# 2026-11-24, three at a time on 2 CPUs; only the order matters).
-FALLBACK_ORDER = ("nvidia_driver_decisions", "nvidia_driver", "llamacpp", "container_runtime", "proxy",
+# 2026-11-24, three at a time on 2 CPUs; only the order matters; vllm_cpu,
+# the real engine, is the longest).
+FALLBACK_ORDER = ("vllm_cpu", "nvidia_driver_decisions", "nvidia_driver", "llamacpp", "container_runtime", "proxy",
                   "proxy_acme", "vllm", "cuda_toolkit", "default", "preflight_failures", "bad_input")
 
 
