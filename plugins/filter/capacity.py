@@ -53,6 +53,11 @@ def capacity_plan(gpus, model, tensor_parallel_size=None, pipeline_parallel_size
         raise AnsibleFilterError('capacity_plan: %s' % exc)
 
 
+def capacity_model_errors(model):
+    """Why ``model`` (a preset, a repo id or a dict) cannot be planned, as sentences; [] when it can."""
+    return _capacity.model_errors(model, _tables()['models'])
+
+
 def capacity_report_lines(plan):
     """Aligned lines for a capacity_plan result (or the capacity_plan module's registered result)."""
     if isinstance(plan, dict) and isinstance(plan.get('plan'), dict):
@@ -88,6 +93,7 @@ class FilterModule(object):
     def filters(self):
         return {
             'capacity_plan': capacity_plan,
+            'capacity_model_errors': capacity_model_errors,
             'capacity_report_lines': capacity_report_lines,
             'training_time': training_time,
             'training_table_lines': training_table_lines,

@@ -56,6 +56,8 @@ Assumptions, stated once and used everywhere:
 
 from __future__ import annotations
 
+import difflib
+
 import math
 import os
 import re
@@ -111,6 +113,8 @@ _MODEL_ALIASES = {
     'num_hidden_layers': 'num_layers',
     'hf_repo_id': 'hf_repo',
     '_name_or_path': 'hf_repo',
+    # transformers 5 spells the MoE expert count so (Qwen3-MoE, Mixtral).
+    'num_local_experts': 'num_experts',
 }
 _MODEL_INT_FIELDS = ('params_total', 'params_active', 'params_non_embedding', 'num_layers', 'hidden_size',
                      'intermediate_size', 'moe_intermediate_size', 'num_experts', 'num_experts_per_tok',
@@ -398,9 +402,9 @@ def resolve_model(model, model_table=None):
     if isinstance(model, str):
         key = _lookup_model_key(model, table)
         if key is None:
-            raise CapacityError('unknown model preset %r; known presets: %s; or give the model as a dict with '
+            raise CapacityError('unknown model preset %r; %s; or give the model as a dict with '
                                 'params_total, num_layers, hidden_size, num_attention_heads, num_key_value_heads '
-                                '(config.json names are accepted)' % (model, ', '.join(sorted(table)) or 'none'))
+                                '(config.json names are accepted)' % (model, _known_presets(model, table)))
         spec = dict(table[key])
         spec['key'] = key
     elif isinstance(model, dict):
@@ -408,8 +412,7 @@ def resolve_model(model, model_table=None):
         if raw.get('preset') is not None:
             key = _lookup_model_key(str(raw['preset']), table)
             if key is None:
-                raise CapacityError('unknown model preset %r; known presets: %s' % (
-                    raw['preset'], ', '.join(sorted(table)) or 'none'))
+                raise CapacityError('unknown model preset %r; %s' % (raw['preset'], _known_presets(raw['preset'], table)))
             spec = dict(table[key])
             spec['key'] = key
             raw.pop('preset')
@@ -421,6 +424,27 @@ def resolve_model(model, model_table=None):
     else:
         raise CapacityError('model must be a preset name or a dict, not %r' % (model,))
     return _normalise_model(spec)
+
+
+def _known_presets(text, table):
+    """"closest known presets: a, b; all: ..." for an unknown preset or repo id."""
+    if not table:
+        return 'no model table is loaded'
+    names = {key.lower(): key for key in table}
+    names.update({str(entry['hf_repo']).lower(): key for key, entry in table.items() if entry.get('hf_repo')})
+    close = difflib.get_close_matches(str(text).strip().lower(), list(names), n=6, cutoff=0.5)
+    closest = list(dict.fromkeys(names[name] for name in close))[:3]
+    known = 'known presets: %s' % ', '.join(sorted(table))
+    return ('closest known presets: %s; %s' % (', '.join(closest), known)) if closest else known
+
+
+def model_errors(model, model_table=None):
+    """The reasons ``model`` (preset, repo id or dict) cannot be planned, as sentences; [] when it can."""
+    try:
+        resolve_model(model, model_table)
+    except CapacityError as exc:
+        return [str(exc)]
+    return []
 
 
 def _aliased(raw):

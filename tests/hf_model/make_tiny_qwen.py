@@ -111,17 +111,8 @@ def build(out_dir, arch, seed):
     model.save_pretrained(out_dir, safe_serialization=True)
     GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
                      bos_token_id=config.bos_token_id).save_pretrained(out_dir)
-    # transformers 5 writes some keys under new names; the Hub's Qwen configs
-    # (and older readers, the planner among them) use the old ones too.
-    path = os.path.join(out_dir, 'config.json')
-    with open(path, encoding='utf-8') as handle:
-        written = json.load(handle)
-    written.setdefault('torch_dtype', written.get('dtype', 'bfloat16'))
-    if 'num_local_experts' in written:
-        written.setdefault('num_experts', written['num_local_experts'])
-    with open(path, 'w', encoding='utf-8') as handle:
-        json.dump(written, handle, indent=2, sort_keys=True)
-        handle.write('\n')
+    # config.json stays as transformers 5 writes it (dtype, num_local_experts):
+    # the planner must read it as users' downloads will spell it.
 
 
 def main(argv=None):

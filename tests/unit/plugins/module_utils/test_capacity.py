@@ -452,3 +452,51 @@ def test_cpu_kv_cache_larger_than_host_memory_does_not_fit():
     result = plan([HOST_24_GIB], TINY_QWEN3, tensor_parallel_size=1, max_model_len=1024, cpu_kv_cache_gib=32)
     assert not result['fits']
     assert not result['weights_fit']
+
+
+def test_a_misspelt_preset_names_the_closest_known_ones():
+    errors = capacity.model_errors({'preset': 'qwen3-23b'}, TABLES['models'])
+    assert len(errors) == 1
+    assert "unknown model preset 'qwen3-23b'; closest known presets: qwen3-32b" in errors[0]
+    assert 'known presets: qwen2.5-32b-instruct' in errors[0]
+
+
+def test_an_unknown_repo_id_is_an_error_and_a_known_one_is_not():
+    assert capacity.model_errors('Qwen/Qwen9-999B', TABLES['models'])
+    assert capacity.model_errors('Qwen/Qwen3-32B', TABLES['models']) == []
+    assert capacity.model_errors('qwen3-30b-a3b', TABLES['models']) == []
+
+
+def test_a_spec_the_planner_cannot_read_says_which_key_is_missing():
+    errors = capacity.model_errors({'name': 'mine', 'hidden_size': 128}, TABLES['models'])
+    assert errors == ['model mine: num_layers is missing (config.json has it; num_layers is num_hidden_layers)']
+
+
+def _written_config(name):
+    # config.json of the test models as transformers 5 writes it (tests/hf_model/make_tiny_qwen.py).
+    import json
+    with open(os.path.join(REPO, 'tests', 'hf_model', 'fixtures', name), encoding='utf-8') as handle:
+        return json.load(handle)
+
+
+def test_a_transformers_5_dense_config_plans_from_dtype():
+    config = _written_config('qwen3-tiny.config.json')
+    assert 'torch_dtype' not in config and config['dtype'] == 'bfloat16'
+    result = plan([HOST_24_GIB], config, tensor_parallel_size=1, max_model_len=1024, cpu_kv_cache_gib=1)
+    assert result['model']['weight_dtype'] == 'bfloat16'
+    assert result['kv_bytes_per_token'] == 1024
+    assert result['kv_cache_tokens'] == 1048576
+
+
+def test_a_transformers_5_moe_config_counts_its_experts():
+    # transformers 5 writes num_local_experts where the Hub's Qwen3-MoE configs say num_experts.
+    config = _written_config('qwen3-moe-tiny.config.json')
+    assert 'num_experts' not in config and config['num_local_experts'] == 4
+    model = capacity.resolve_model(config)
+    assert model['moe'] and model['num_experts'] == 4
+    # The safetensors file of this model holds 460,672 parameters, 196,608 of them in the
+    # experts; 2 of 4 experts active: 362,368. The estimate leaves out the norms.
+    assert abs(model['params_total'] - 460672) / 460672 < 0.01
+    assert abs(model['params_active'] - 362368) / 362368 < 0.01
+    result = plan([HOST_24_GIB], config, tensor_parallel_size=1, max_model_len=1024, cpu_kv_cache_gib=1)
+    assert result['kv_cache_tokens'] == 1048576
