@@ -363,3 +363,39 @@ def test_warnings_for_deprecated_and_unlisted_values(table):
     assert "did you mean 'fp8_e4m3'?" in found[1]
     assert len(found) == 2
     assert vllm_args.engine_args_warnings({'kv_cache_dtype': 'fp8'}, table) == []
+
+
+# --- the CPU build's table (0.32.0) next to the GPU hosts' (0.33.0) ----------
+# The tests run vLLM 0.32.0 (the CPU build on PyPI); GPU hosts run 0.33.0. Each
+# host's arguments are checked against its own version's table; these tests
+# show where the two differ, so a test on 0.32 cannot pass a flag 0.33 refuses.
+
+ROLE_FLAGS = ('model', 'served_model_name', 'host', 'port', 'tensor_parallel_size', 'max_model_len',
+              'gpu_memory_utilization')
+
+
+def _by_dest(version):
+    return {option['dest']: option for option in vllm_args.load_table(TABLE_DIR, version)['options']}
+
+
+def test_the_flags_the_role_sets_mean_the_same_in_both_versions():
+    old, new = _by_dest('0.32.0'), _by_dest('0.33.0')
+    for dest in ROLE_FLAGS:
+        same = ('flag', 'kind', 'value_type', 'nargs', 'takes_value')
+        assert {k: old[dest][k] for k in same} == {k: new[dest][k] for k in same}, dest
+
+
+def test_a_switch_turned_off_uses_each_versions_own_negative_flag():
+    options = {'enable_chunked_prefill': False}
+    assert render(options, vllm_args.load_table(TABLE_DIR, '0.32.0')) == ['--no-enable-chunked-prefill']
+    assert render(options, vllm_args.load_table(TABLE_DIR, '0.33.0')) == ['--disable-chunked-prefill']
+    # 0.33 still takes 0.32's spelling, so a unit written for the CPU build means the same on a GPU host.
+    assert '--no-enable-chunked-prefill' in _by_dest('0.33.0')['enable_chunked_prefill']['negative_aliases']
+
+
+def test_options_new_in_0_33_are_refused_on_the_cpu_builds_0_32():
+    added = sorted(set(_by_dest('0.33.0')) - set(_by_dest('0.32.0')))
+    assert added == ['monokernel', 'reasoning_effort_map', 'sleep_mode_backend', 'watchdog_config']
+    assert not set(_by_dest('0.32.0')) - set(_by_dest('0.33.0'))
+    assert errors({'watchdog_config': '{}'}, vllm_args.load_table(TABLE_DIR, '0.32.0'))
+    assert not errors({'watchdog_config': '{}'}, vllm_args.load_table(TABLE_DIR, '0.33.0'))
