@@ -172,8 +172,8 @@ def main():
     print('| through nginx (TLS, key), streamed, 64 prompt + 32 output tokens | concurrency 1 | concurrency 4 |')
     print('| --- | ---: | ---: |')
     one, four = figures['load'][1], figures['load'][4]
-    print('| completed / errors | %d / %d | %d / %d |' % (one['completed'], one['errors'], four['completed'],
-                                                       four['errors']))
+    counts = (one['completed'], one['errors'], four['completed'], four['errors'])
+    print('| completed / errors | %d / %d | %d / %d |' % counts)
     for label, key in (('requests/s', 'requests_per_s'), ('output tokens/s', 'output_tokens_per_s')):
         print('| %s | %.1f | %.1f |' % (label, one[key], four[key]))
     for metric in ('ttft_ms', 'itl_ms', 'e2e_ms'):
