@@ -70,6 +70,9 @@ def main():
     parser.add_argument('--reruns', type=int, default=2, help='no-op re-runs (default 2)')
     parser.add_argument('--plain', action='store_true',
                         help="Ansible's linear strategy (drops ANSIBLE_STRATEGY from the environment)")
+    parser.add_argument('--vllm-stopped', action='store_true',
+                        help="vLLM planned on the simulated GPUs but not started, as the demo was before "
+                             "vLLM's CPU build (benchmarks/demo-gpu-vllm-stopped.yml)")
     parser.add_argument('--image', default=os.environ.get('LLM_SERVER_TEST_IMAGE'))
     opts = parser.parse_args()
     if not opts.image:
@@ -81,6 +84,8 @@ def main():
     strategy = env.get('ANSIBLE_STRATEGY', 'linear')
     reports = ROOT / 'build/bench-reports/site'
     extra = ['-e', 'ansible_host=%s' % NAME, '-e', 'preflight_report_dir=%s' % reports]
+    if opts.vllm_stopped:
+        extra += ['-e', '@benchmarks/demo-gpu-vllm-stopped.yml']
 
     subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
     subprocess.run(['podman', 'run', '-d', '--name', NAME, '--hostname', 'llm-demo', '--privileged',
@@ -107,7 +112,8 @@ def main():
 
     noop = statistics.median(reruns)
     print(machine_line())
-    print('site.yml on the demo host, strategy %s, connection podman\n' % strategy)
+    print('site.yml on the demo host, strategy %s, connection podman%s\n'
+          % (strategy, ', vLLM not started' if opts.vllm_stopped else ''))
     print('| measurement | runs | seconds |')
     print('| --- | ---: | ---: |')
     print('| first converge (fresh host) | 1 | %.1f |' % first)
@@ -124,7 +130,7 @@ def main():
         print('| %s | %s | %.1f |' % (role, name, value))
     out_dir = ROOT / 'build/bench'
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / ('site-%s.json' % strategy)).write_text(json.dumps({
+    (out_dir / ('site-%s%s.json' % (strategy, '-vllm-stopped' if opts.vllm_stopped else ''))).write_text(json.dumps({
         'strategy': strategy, 'first_converge_s': round(first, 1), 'noop_s': [round(r, 1) for r in reruns],
         'noop_per_role_s': {r: round(statistics.median(v), 2) for r, v in role_seconds.items()},
         'tasks_per_role': dict(task_count)}, indent=2))
