@@ -57,7 +57,6 @@ Assumptions, stated once and used everywhere:
 from __future__ import annotations
 
 import difflib
-
 import math
 import os
 import re
@@ -427,7 +426,7 @@ def resolve_model(model, model_table=None):
 
 
 def _known_presets(text, table):
-    """"closest known presets: a, b; all: ..." for an unknown preset or repo id."""
+    """The closest presets to an unknown preset or repo id, then all the known ones, as one phrase."""
     if not table:
         return 'no model table is loaded'
     names = {key.lower(): key for key in table}
