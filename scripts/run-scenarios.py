@@ -31,9 +31,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("create", "prepare", "check", "converge", "idempotence", "side_effect", "verify", "destroy")
 # Phases that run only the harness (containers, simulated hardware); a
 # scenario that fails in one of them is tried once more.
-HARNESS_PHASES = ("", "destroy", "create", "prepare")
+HARNESS_PHASES = ("destroy", "create", "prepare")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-PHASE_LINE = re.compile(r"(?P<scenario>\S+) ➜ (?P<phase>\w+): (?P<what>Executing|Executed)")
+PHASE_LINE = re.compile(r"(?P<scenario>\S+) ➜ (?P<phase>\w+): (?P<what>Executing|Executed)(?P<failed>: Failed)?")
+# Lines that say why a play failed, for the digest at the end of the run
+# (Molecule frames Ansible's output in "│ ").
+CAUSE_LINE = re.compile(r"^[\s│]*(\[ERROR\]|fatal:|ERROR! |msg: \S|stderr: \S|stdout: \S)")
+TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # Longest first when there is no earlier timing to go by (a full run of
 # 2026-11-24, three at a time on 2 CPUs; only the order matters; vllm_cpu,
 # the real engine, is the longest).
@@ -92,17 +96,20 @@ class Runner:
         result = self.results[name]
         # A failure before converge is the harness's (podman, systemd boot),
         # not the roles': one more try, said out loud, first log kept.
-        if result["rc"] != 0 and result["reached"] in HARNESS_PHASES:
+        if result["rc"] != 0 and result["failed_phase"] in HARNESS_PHASES:
             first = self.log_dir / f"{name}.log"
             first.rename(self.log_dir / f"{name}.try1.log")
             self.say(f"{name}: failed before converge; trying once more (first log: {name}.try1.log)")
             self.run_once(name)
             self.results[name]["retried"] = True
+            self.results[name]["first_try"] = {"failed_phase": result["failed_phase"], "causes": result["causes"]}
             self.results[name]["seconds"] += result["seconds"]
 
     def run_once(self, name: str) -> None:
         log_path = self.log_dir / f"{name}.log"
-        reached = ""  # the last phase started, up to the first that runs the roles
+        failed_phase = None  # the first phase Molecule reported as failed
+        causes: list[list[str]] = []  # the last two failing tasks and their messages
+        last_task = ""
         phases: dict[str, float] = {}
         current: tuple[str, float] | None = None
         begin = time.monotonic()
@@ -115,19 +122,35 @@ class Runner:
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
-                match = PHASE_LINE.search(ANSI.sub("", line))
+                plain = ANSI.sub("", line)
+                task = TASK_LINE.match(plain)
+                if task:
+                    last_task = task["task"]
+                elif CAUSE_LINE.match(plain):
+                    # Expected failures (ignored, rescued) come before the
+                    # one that stopped the scenario: the last two tasks count.
+                    if last_task or not causes:
+                        causes = causes[-1:] + [[f"TASK [{last_task}]"]]
+                        last_task = ""
+                    if len(causes[-1]) < 6:
+                        causes[-1].append(plain.strip(" │\n")[:300])
+                match = PHASE_LINE.search(plain)
                 if not match or match["scenario"] != name:
                     continue
                 now = time.monotonic()
                 if match["what"] == "Executing":
                     current = (match["phase"], now)
-                    reached = reached if reached not in HARNESS_PHASES else match["phase"]
                 elif current and current[0] == match["phase"]:
                     phases[current[0]] = phases.get(current[0], 0.0) + now - current[1]
                     current = None
+                if match["failed"] and failed_phase is None:
+                    failed_phase = match["phase"]
             rc = proc.wait()
         seconds = time.monotonic() - begin
-        self.results[name] = {"seconds": round(seconds, 1), "rc": rc, "reached": reached,
+        if rc != 0 and failed_phase is None:
+            failed_phase = current[0] if current else "startup"
+        self.results[name] = {"seconds": round(seconds, 1), "rc": rc, "failed_phase": failed_phase,
+                              "causes": causes,
                               "phases": {k: round(v, 1) for k, v in phases.items()}}
         if rc == 0:
             self.say(f"{name}: passed in {fmt(seconds)}")
@@ -192,6 +215,14 @@ def main() -> int:
     args.report.write_text(json.dumps({"jobs": args.jobs, "seconds": round(wall, 1), "scenarios": merged}, indent=2))
     print(f"\n{len(order)} scenarios in {fmt(wall)} wall, {args.jobs} at a time\n")
     print(table(runner.results))
+    # Why each failed (and each retried) scenario failed, last: a log cut to
+    # its tail still says it.
+    for name, r in sorted(runner.results.items()):
+        for label, attempt in (("first try", r.get("first_try")), ("", r if r["rc"] != 0 else None)):
+            if attempt:
+                print(f"\n{name}{' (' + label + ')' if label else ''}: failed in {attempt['failed_phase']}")
+                lines = [line for group in attempt["causes"] for line in group]
+                print("\n".join("    " + c for c in lines) or "    (no fatal line; see the log)")
     failed = sorted(n for n, r in runner.results.items() if r["rc"] != 0)
     if failed:
         print(f"\nfailed: {', '.join(failed)} (logs in {log_dir.relative_to(ROOT)}/)")
