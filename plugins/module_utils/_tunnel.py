@@ -52,8 +52,8 @@ def tunnel_errors(hosts):
             errors.append("%s: wireguard_address %s is not a host address of wireguard_subnet %s: pick one "
                           "inside it." % (name, address, subnet))
         elif str(address) in seen:
-            errors.append("%s: wireguard_address %s is also %s's: give each host its own." % (name, address,
-                                                                                               seen[str(address)]))
+            errors.append("%s: wireguard_address %s is also %s's: give each host its own."
+                          % (name, address, seen[str(address)]))
         else:
             seen[str(address)] = name
         for lan in host.get('lan_subnets') or []:
