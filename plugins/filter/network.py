@@ -1,0 +1,37 @@
+# -*- coding: utf-8 -*-
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters for addresses and networks, with Python's ipaddress (no netaddr on the controller)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ansible.errors import AnsibleFilterError
+
+
+def _is_network(value):
+    if not isinstance(value, str):
+        return False
+    try:
+        # Host bits may be set (127.0.0.1/8 is fail2ban's own example).
+        ipaddress.ip_network(value.strip(), strict=False)
+    except ValueError:
+        return False
+    return value.strip() == value and value != ''
+
+
+def not_ip_networks(values):
+    """The entries of ``values`` that are neither an IP address nor a network in CIDR notation."""
+    if not isinstance(values, (list, tuple)):
+        raise AnsibleFilterError('not_ip_networks: expects a list, got %s' % type(values).__name__)
+    return [value for value in values if not _is_network(value)]
+
+
+class FilterModule(object):
+    """Address filters."""
+
+    def filters(self):
+        return {
+            'not_ip_networks': not_ip_networks,
+        }

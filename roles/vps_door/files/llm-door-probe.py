@@ -1,0 +1,153 @@
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""End-to-end probe of the VPS door: door, tunnel, home proxy, GET /healthz.
+
+Installed by homelab.llm_server.vps_door and run by its timer llm-door-probe.
+For each served name it connects to the door on this host (ADDRESS:PORT,
+the VPS's own listener), sends that name as the TLS SNI, so the connection
+takes the clients' path (nginx stream, the WireGuard tunnel, the home
+proxy's PROXY-protocol listener), checks the certificate home presents
+against the CA bundle (the system's by default) and the name, and asks for
+/healthz. Success is an HTTP 200. The result goes to a file for node
+exporter's textfile collector, replaced atomically (temporary file in the
+same directory, renamed; mode 0644). Why a probe failed goes to stderr (the
+journal); nothing secret is involved: /healthz needs no API key.
+
+usage: python3 llm-door-probe.py --name NAME [--name NAME]... --output FILE.prom
+         [--address 127.0.0.1] [--port 443] [--path /healthz] [--ca-file FILE]
+         [--timeout S] [--interval S]
+Exits 0 when the file is written, whatever the probes found; 1 when not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import socket
+import ssl
+import sys
+import tempfile
+import time
+
+
+class DoorConnection(http.client.HTTPSConnection):
+    """HTTPS to ADDRESS:PORT with NAME as SNI, certificate checked for NAME, Host: NAME."""
+
+    def __init__(self, name, address, port, context, timeout):
+        super().__init__(name, port, context=context, timeout=timeout)
+        self._door = (address, port)
+        self._name = name
+        self._context = context
+
+    def connect(self):
+        sock = socket.create_connection(self._door, self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self._name)
+
+
+def probe(name, address, port, path, context, timeout):
+    """{'success': 0|1, 'status': HTTP status or 0, 'duration': s, 'error': text or None}."""
+    started = time.monotonic()
+    status, error = 0, None
+    connection = DoorConnection(name, address, port, context, timeout)
+    try:
+        connection.request('GET', path, headers={'User-Agent': 'llm-door-probe', 'Connection': 'close'})
+        response = connection.getresponse()
+        response.read()
+        status = response.status
+        if status != 200:
+            error = 'HTTP %d' % status
+    except ssl.SSLCertVerificationError as exc:
+        error = 'certificate not trusted: %s' % exc.verify_message
+    except (OSError, http.client.HTTPException) as exc:
+        error = '%s: %s' % (type(exc).__name__, exc)
+    finally:
+        connection.close()
+    return {'success': 1 if status == 200 else 0, 'status': status,
+            'duration': time.monotonic() - started, 'error': error}
+
+
+def label_value(text):
+    return str(text).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+FAMILIES = [
+    ('llm_tunnel_probe_success', 'success', '%d',
+     '1 when GET /healthz through the VPS door and the tunnel answered 200, else 0.'),
+    ('llm_tunnel_probe_duration_seconds', 'duration', '%.6f',
+     'Time of the last probe: connect, TLS, request and answer through the door and the tunnel.'),
+    ('llm_tunnel_probe_http_status', 'status', '%d',
+     'HTTP status of the last probe; 0 when no HTTP answer came (no connection, TLS failed).'),
+    ('llm_tunnel_probe_timestamp_seconds', 'timestamp', '%.3f',
+     'Unix time of the last probe; a value that stops moving means the probe no longer runs.'),
+    ('llm_tunnel_probe_interval_seconds', 'interval', '%d',
+     'Seconds between probes (the timer\'s period).'),
+]
+
+
+def render(results):
+    lines = []
+    for name, key, fmt, help_text in FAMILIES:
+        lines.append('# HELP %s %s' % (name, help_text))
+        lines.append('# TYPE %s gauge' % name)
+        for server_name, result in sorted(results.items()):
+            lines.append('%s{server_name="%s"} %s' % (name, label_value(server_name), fmt % result[key]))
+    return '\n'.join(lines) + '\n'
+
+
+def write_atomically(path, text):
+    """Write PATH through a temporary file in its directory (not *.prom, so never read half-written)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
+    try:
+        with os.fdopen(handle, 'w') as stream:
+            stream.write(text)
+            stream.flush()
+            os.fchmod(stream.fileno(), 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', 1)[0])
+    parser.add_argument('--name', action='append', required=True, help='a served name (repeatable)')
+    parser.add_argument('--output', required=True, help='the .prom file in the textfile collector directory')
+    parser.add_argument('--address', default='127.0.0.1', help='where the door listens on this host')
+    parser.add_argument('--port', type=int, default=443)
+    parser.add_argument('--path', default='/healthz')
+    parser.add_argument('--ca-file', default='', help='CA bundle for home\'s certificate; empty: the system\'s')
+    parser.add_argument('--timeout', type=float, default=10.0)
+    parser.add_argument('--interval', type=int, default=0, help='the timer\'s period, written as a metric')
+    args = parser.parse_args(argv)
+
+    try:
+        context = ssl.create_default_context(cafile=args.ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        print('cannot read the CA bundle %s: %s' % (args.ca_file, exc), file=sys.stderr)
+        context = None
+    results = {}
+    for name in args.name:
+        if context is None:
+            result = {'success': 0, 'status': 0, 'duration': 0.0, 'error': 'no CA bundle'}
+        else:
+            result = probe(name, args.address, args.port, args.path, context, args.timeout)
+        result.update(timestamp=time.time(), interval=args.interval)
+        if result['error']:
+            print('%s via %s:%d: %s after %.3f s'
+                  % (name, args.address, args.port, result['error'], result['duration']), file=sys.stderr)
+        results[name] = result
+    try:
+        write_atomically(args.output, render(results))
+    except OSError as exc:
+        print('cannot write %s: %s' % (args.output, exc), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

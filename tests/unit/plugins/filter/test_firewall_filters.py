@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""plugins/filter/firewall.py, and the firewall role's rules as nft reads them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+RULES_TEMPLATE = os.path.join(REPO_ROOT, 'roles', 'firewall', 'templates', 'rules.nft.j2')
+
+HOME = {'role': 'home', 'ssh_port': 22, 'ssh_allow_from': [], 'lan_subnets': ['192.168.1.0/24'],
+        'tunnel_subnet': '10.77.0.0/24', 'web_ports': [80, 443], 'proxy_protocol_ports': [8081, 8443],
+        'proxy_protocol_sources': ['10.77.0.1'], 'monitoring_ports': [9090, 9100],
+        'monitoring_sources': ['10.77.0.0/24'], 'wireguard_port': 51820, 'rollback_after_s': 45,
+        'controller_address': '192.168.1.20'}
+VPS = dict(HOME, role='vps', lan_subnets=[], ssh_allow_from=[], proxy_protocol_ports=[],
+           proxy_protocol_sources=[], controller_address='203.0.113.9')
+
+
+def errors(render, base, **change):
+    return render('{{ s | homelab.llm_server.firewall_errors }}', s=dict(base, **change))['value']
+
+
+def test_good_settings_have_no_errors(render):
+    assert errors(render, HOME) == []
+    assert errors(render, VPS) == []
+
+
+@pytest.mark.parametrize('base, change, expected', [
+    (VPS, {'ssh_allow_from': ['198.51.100.0/24']},
+     'SSH would be closed to this controller: it connects from 203.0.113.9, which is in none of '
+     'firewall_ssh_allow_from (198.51.100.0/24). Add it'),
+    (HOME, {'controller_address': '203.0.113.9'},
+     'it connects from 203.0.113.9, which is in none of firewall_lan_subnets, the tunnel subnet or '
+     'firewall_ssh_allow_from (192.168.1.0/24, 10.77.0.0/24)'),
+    (HOME, {'lan_subnets': ['192.168.1.0/33']}, "firewall_lan_subnets entry '192.168.1.0/33' is not an address"),
+    (HOME, {'lan_subnets': []}, 'firewall_lan_subnets is empty'),
+    (HOME, {'monitoring_ports': [443]}, 'firewall_web_ports and firewall_monitoring_ports both open TCP port 443'),
+    (VPS, {'ssh_port': 443}, 'firewall_ssh_port and firewall_web_ports both open TCP port 443'),
+    (HOME, {'web_ports': [80, 'https']}, "firewall_web_ports: 'https' is not a TCP port"),
+    (VPS, {'wireguard_port': 70000}, "firewall_wireguard_port '70000' is not a UDP port"),
+    (HOME, {'rollback_after_s': 5}, "firewall_rollback_after_s '5' must be 10 to 600 seconds"),
+    (HOME, {'role': 'edge'}, "firewall_host_role 'edge' must be home or vps"),
+])
+def test_mistakes_are_named(render, base, change, expected):
+    found = errors(render, base, **change)
+    assert any(expected in message for message in found), found
+
+
+def test_controller_check_is_skipped_without_a_network_connection(render):
+    assert errors(render, VPS, ssh_allow_from=['198.51.100.7'], controller_address='') == []
+    # A VPS without an allow-list takes SSH from anywhere, the controller included.
+    assert errors(render, VPS, controller_address='198.51.100.7') == []
+    # The tunnel counts at home: a controller coming through it is let in.
+    assert errors(render, HOME, controller_address='10.77.0.1') == []
+
+
+def test_sources_split_by_family(render):
+    value = render('{{ n | homelab.llm_server.firewall_sources }}',
+                   n=['fd00::/64', '192.168.1.0/24', '10.77.0.1', '10.77.0.1/32', '192.168.1.7/24'])['value']
+    assert value == {'v4': ['10.77.0.1', '192.168.1.0/24'], 'v6': ['fd00::/64']}
+
+
+def _rules(render, **variables):
+    defaults = {
+        'firewall_host_role': 'home', 'firewall_ssh_port': 22, 'firewall_ssh_allow_from': [],
+        '_firewall_lan': ['192.168.1.0/24', 'fd00:1::/64'], 'firewall_tunnel_subnet': '10.77.0.0/24',
+        'firewall_web_ports': [80, 443], 'firewall_wireguard_port': 51820,
+        'firewall_proxy_protocol_ports': [8081, 8443], 'firewall_proxy_protocol_sources': ['10.77.0.1'],
+        'firewall_monitoring_ports': [9090, 9100], 'firewall_monitoring_sources': ['10.77.0.0/24'],
+        'firewall_extra_rules': [], 'firewall_block_forwarding': False,
+    }
+    defaults.update(variables)
+    with open(RULES_TEMPLATE, encoding='utf-8') as handle:
+        result = render(handle.read(), **defaults)
+    assert 'value' in result, result
+    return 'table inet llm_firewall {\n%s\n}\n' % result['value']
+
+
+def _nft_check(ruleset, tmp_path):
+    if not shutil.which('nft') or not shutil.which('unshare'):
+        pytest.skip('nft and unshare are needed (scripts/setup-test-host.sh installs nftables)')
+    path = tmp_path / 'rules.nft'
+    path.write_text(ruleset)
+    # A throwaway network namespace: checked against an empty ruleset, nothing applied here.
+    return subprocess.run(['unshare', '-n', 'nft', '-c', '-f', str(path)], capture_output=True, text=True,
+                          check=False, timeout=30)
+
+
+def test_home_rules(render, tmp_path):
+    ruleset = _rules(render)
+    assert 'ip saddr { 10.77.0.0/24, 192.168.1.0/24 } tcp dport 22 accept' in ruleset
+    assert 'ip6 saddr { fd00:1::/64 } tcp dport 22 accept' in ruleset
+    assert 'ip saddr { 192.168.1.0/24 } tcp dport { 80, 443 } accept' in ruleset
+    assert 'ip saddr { 10.77.0.1 } tcp dport { 8081, 8443 } accept' in ruleset
+    assert 'ip saddr { 10.77.0.0/24 } tcp dport { 9090, 9100 } accept' in ruleset
+    assert 'hook forward' not in ruleset
+    check = _nft_check(ruleset, tmp_path)
+    assert check.returncode == 0, check.stderr
+
+
+def test_vps_rules(render, tmp_path):
+    ruleset = _rules(render, firewall_host_role='vps', _firewall_lan=[], firewall_proxy_protocol_ports=[],
+                     firewall_proxy_protocol_sources=[], firewall_ssh_allow_from=['198.51.100.7', '2001:db8::/48'],
+                     firewall_block_forwarding=True, firewall_monitoring_sources=[])
+    assert 'ip saddr { 198.51.100.7 } tcp dport 22 accept' in ruleset
+    assert 'ip6 saddr { 2001:db8::/48 } tcp dport 22 accept' in ruleset
+    assert '\n        tcp dport { 80, 443 } accept' in ruleset
+    assert 'udp dport 51820 accept' in ruleset
+    assert 'type filter hook forward priority filter; policy drop;' in ruleset
+    assert '9100' not in ruleset
+    check = _nft_check(ruleset, tmp_path)
+    assert check.returncode == 0, check.stderr
+
+
+def test_vps_without_allow_list_takes_ssh_from_anywhere(render, tmp_path):
+    ruleset = _rules(render, firewall_host_role='vps', _firewall_lan=[], firewall_monitoring_sources=[])
+    assert '\n        tcp dport 22 accept comment "ssh"' in ruleset
+    assert _nft_check(ruleset, tmp_path).returncode == 0
+
+
+def test_a_misspelt_extra_rule_is_refused_by_nft(render, tmp_path):
+    check = _nft_check(_rules(render, firewall_extra_rules=['tcp dport 8080 acept']), tmp_path)
+    assert check.returncode != 0 and 'syntax error' in check.stderr
