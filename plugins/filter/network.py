@@ -5,20 +5,15 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.homelab.llm_server.plugins.module_utils import _addresses
 
 
 def _is_network(value):
-    if not isinstance(value, str):
-        return False
-    try:
-        # Host bits may be set (127.0.0.1/8 is fail2ban's own example).
-        ipaddress.ip_network(value.strip(), strict=False)
-    except ValueError:
-        return False
-    return value.strip() == value and value != ''
+    # Host bits may be set (127.0.0.1/8 is fail2ban's own example).
+    return (isinstance(value, str) and value != '' and value.strip() == value
+            and _addresses.network(value, strict=False) is not None)
 
 
 def not_ip_networks(values):

@@ -10,7 +10,7 @@ renders its nftables table from ``firewall_sources``.
 
 from __future__ import annotations
 
-import ipaddress
+from ansible_collections.homelab.llm_server.plugins.module_utils import _addresses
 
 # Which variable each source list comes from, for the messages.
 SOURCE_VARIABLES = {
@@ -28,17 +28,7 @@ PORT_VARIABLES = {
 
 
 def _network(value):
-    try:
-        return ipaddress.ip_network(str(value), strict=False)
-    except ValueError:
-        return None
-
-
-def _address(value):
-    try:
-        return ipaddress.ip_address(str(value))
-    except ValueError:
-        return None
+    return _addresses.network(value, strict=False)
 
 
 def _port(value):
@@ -121,7 +111,7 @@ def firewall_errors(settings):
         errors.append("firewall_rollback_after_s '%s' must be 10 to 600 seconds: long enough for this "
                       "controller to reconnect, short enough to wait for." % window)
 
-    controller = _address(settings.get('controller_address') or '')
+    controller = _addresses.address(settings.get('controller_address') or '')
     sources = ssh_sources(settings)
     if controller is not None and sources is not None and not errors:
         if not any(controller in _network(s) for s in sources):

@@ -9,21 +9,11 @@ role turns every message into a stop that names the variable and the fix.
 
 from __future__ import annotations
 
-import ipaddress
+from ansible_collections.homelab.llm_server.plugins.module_utils import _addresses
 
 
 def _network(value):
-    try:
-        return ipaddress.ip_network(str(value), strict=True)
-    except ValueError:
-        return None
-
-
-def _address(value):
-    try:
-        return ipaddress.ip_address(str(value))
-    except ValueError:
-        return None
+    return _addresses.network(value, strict=True)
 
 
 def tunnel_errors(hosts):
@@ -44,7 +34,7 @@ def tunnel_errors(hosts):
             errors.append("%s: wireguard_subnet '%s' is not a network such as 10.77.0.0/24 (an address with "
                           "the host bits zero and a prefix length)." % (name, host.get('subnet')))
             continue
-        address = _address(host.get('address'))
+        address = _addresses.address(host.get('address'))
         if address is None:
             errors.append("%s: wireguard_address '%s' is not an IP address: give each host of the tunnel one "
                           "address of wireguard_subnet (%s) in its host_vars." % (name, host.get('address'), subnet))
@@ -81,7 +71,7 @@ def tunnel_errors(hosts):
             errors.append("%s: a VPS needs wireguard_public_address, the address or DNS name the home server "
                           "dials (its public IPv4 address, e.g. 203.0.113.10)." % name)
             continue
-        public_ip = _address(public)
+        public_ip = _addresses.address(public)
         if public_ip is not None and (public_ip.is_loopback or public_ip.is_unspecified or public_ip.is_link_local
                                       or public_ip.is_multicast or public_ip in subnet):
             errors.append("%s: wireguard_public_address %s cannot be dialled from home (loopback, link-local, "
