@@ -7,7 +7,9 @@ while holding the lock file --lock (default /tmp/remote-scenario.lock), so
 that others who run the same scenario on this machine wait. Three
 containers: remote-home (10.91.1.10, behind a stand-in home router) runs
 home's nginx with its pebble-issued certificate for llm.remote.test and the
-OpenAI-compatible test server (tests/openai_server) as its engine;
+OpenAI-compatible test server (tests/openai_server) as its engine (the
+scenario's tests use llama.cpp; LLM_REMOTE_ENGINE=test-server asks for the
+engine with fixed delays);
 remote-vps (10.91.2.10) runs the door (nginx stream, SNI passthrough with the
 PROXY protocol) and the WireGuard end 10.77.0.1 (wireguard-go, MTU 1380,
 wireguard_mtu); remote-internet (10.91.2.20) is the client on the internet.
@@ -276,7 +278,7 @@ def scenario_settings():
     platforms = {platform['name']: platform for platform in config['platforms']}
     return {'name': common['remote_name'], 'api_key': common['remote_api_key'],
             'key_name': home['nginx_api_keys'][0]['name'], 'pebble_https_ca': common['remote_pebble_ca'],
-            'engine_port': home['nginx_backends'][0]['port'], 'model': home['nginx_backends'][0]['model'],
+            'engine_port': home['remote_test_engine']['port'], 'model': home['remote_test_engine']['model'],
             'home_tunnel': home['wireguard_address'], 'vps_tunnel': vps['wireguard_address'],
             'vps_public': vps['wireguard_public_address'], 'internet_address': platforms[INTERNET]['ip'],
             'home_lan': platforms[HOME]['ip']}
@@ -289,6 +291,9 @@ def molecule_env():
         if not env.get(name):
             sys.exit('%s is required (make bench sets it)' % name)
     env['PATH'] = os.path.dirname(sys.executable) + os.pathsep + env.get('PATH', '')
+    # Home's engine with fixed delays instead of llama.cpp: the figures are
+    # then the door's and the tunnel's cost, not the engine's variation.
+    env['LLM_REMOTE_ENGINE'] = 'test-server'
     spec = importlib.util.find_spec('ansible_mitogen')
     if 'ANSIBLE_STRATEGY' not in env and spec and spec.submodule_search_locations:
         env['ANSIBLE_STRATEGY'] = 'mitogen_linear'

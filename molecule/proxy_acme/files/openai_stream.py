@@ -54,9 +54,10 @@ def main():
         model=args.model, stream=True, max_tokens=8,
         messages=[{'role': 'user', 'content': 'Say hello.'}])
     chunks = []
-    model = None
+    model = fingerprint = None
     for event in stream:
         model = event.model
+        fingerprint = event.system_fingerprint or fingerprint
         for choice in event.choices:
             if choice.delta.content:
                 chunks.append(choice.delta.content)
@@ -67,7 +68,7 @@ def main():
     except openai.AuthenticationError as error:
         wrong_key = error.status_code
     json.dump({'text': ''.join(chunks), 'chunks': len(chunks), 'model': model,
-               'wrong_key_status': wrong_key}, sys.stdout)
+               'fingerprint': fingerprint, 'wrong_key_status': wrong_key}, sys.stdout)
     print()
 
 
