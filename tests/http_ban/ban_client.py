@@ -5,7 +5,8 @@
 Sends COUNT chat completions with KEY over TLS, optionally behind a PROXY
 protocol v1 header that claims --proxy-from as the client's address (as the
 VPS door would), then, with --then-key, polls with that key every
---interval seconds until the answer is --until-status or --timeout passes.
+--interval seconds until the answer is one of --until-status (0: the
+connection was dropped or refused) or --timeout passes.
 Prints one JSON object:
 
     {"statuses": [401, ...], "until": {"status": 403, "reached": true,
@@ -47,7 +48,8 @@ class ProxiedHTTPSConnection(http.client.HTTPSConnection):
 
 def ask(args, key):
     context = ssl.create_default_context(cafile=args.ca_file)
-    conn = ProxiedHTTPSConnection(args.connect, args.port, args.proxy_from, context=context, timeout=10)
+    conn = ProxiedHTTPSConnection(args.connect, args.port, args.proxy_from, context=context,
+                                  timeout=args.connect_timeout)
     conn.server_name = args.server_name
     body = json.dumps({'model': args.model, 'max_tokens': 4,
                        'messages': [{'role': 'user', 'content': 'Say hello'}]})
@@ -57,13 +59,16 @@ def ask(args, key):
                               'Content-Type': 'application/json'})
         response = conn.getresponse()
         raw = response.read()
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            data = raw.decode(errors='replace')[:300]
-        return response.status, data
+    except OSError as error:
+        # Dropped or refused on the way (the VPS's ban at its door): status 0.
+        return 0, 'unreachable: %s' % error
     finally:
         conn.close()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = raw.decode(errors='replace')[:300]
+    return response.status, data
 
 
 def read_key(path):
@@ -84,7 +89,9 @@ def main():
     parser.add_argument('--key-file', required=True, help='file with the key of the COUNT requests')
     parser.add_argument('--count', type=int, default=1)
     parser.add_argument('--then-key-file', help='file with the key to poll with afterwards')
-    parser.add_argument('--until-status', type=int, default=403)
+    parser.add_argument('--until-status', type=lambda text: [int(x) for x in text.split(',')], default=[403],
+                        help='statuses, comma-separated, that end the polling; 0: unreachable')
+    parser.add_argument('--connect-timeout', type=float, default=10.0)
     parser.add_argument('--interval', type=float, default=0.05)
     parser.add_argument('--timeout', type=float, default=30.0)
     args = parser.parse_args()
@@ -106,10 +113,10 @@ def main():
         while True:
             status, data = ask(args, key)
             polls += 1
-            if status == args.until_status or time.monotonic() - start > args.timeout:
+            if status in args.until_status or time.monotonic() - start > args.timeout:
                 break
             time.sleep(args.interval)
-        out['until'] = {'status': status, 'reached': status == args.until_status,
+        out['until'] = {'status': status, 'reached': status in args.until_status,
                         'elapsed_s': round(time.monotonic() - start, 3), 'polls': polls, 'body': data}
     print(json.dumps(out))
     return 0

@@ -1,0 +1,181 @@
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Drops at the VPS's door the client addresses that home banned (role http_ban, entry point vps).
+
+    llm-door-bans.py CONFIG.json
+
+CONFIG (written by the role): {"sources": [URL, ...], "ports": [80, 443],
+"max_age_s": 3600, "timeout_s": 5, "state": FILE, "metrics": FILE}.
+
+Each home lists what its fail2ban banned (the file nginx's geo $llm_banned
+reads, served only to this VPS through the tunnel): the VPS pulls it, so
+home holds no credential for the VPS. This keeps the table inet
+llm_door_bans: a set of IPv4 and one of IPv6 addresses, and an input chain
+that drops them at the door's ports before the door passes them home. The
+table is rewritten with one `nft -f` (add, delete, define: atomic) only when
+its contents change or it is missing (after a boot). A list that cannot be
+fetched keeps its last addresses for --max-age seconds (home's ban lasts no
+longer), then they go; the bans at home act either way.
+
+Prints one JSON line: {"applied": bool, "addresses": N, "failed": [URL...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+TABLE = 'llm_door_bans'
+NFT = '/usr/sbin/nft'
+
+
+def parse_list(text):
+    """The networks of a banned-addresses file (`ADDRESS 1;` lines, # comments); others are skipped."""
+    networks = []
+    for line in text.splitlines():
+        line = line.split('#', 1)[0].strip()
+        if not line:
+            continue
+        with contextlib.suppress(ValueError):
+            networks.append(ipaddress.ip_network(line.split()[0].rstrip(';'), strict=False))
+    return networks
+
+
+def collapse(networks):
+    """IPv4 and IPv6 lists without overlaps (an nft interval set refuses overlapping elements)."""
+    return ([str(n) for n in ipaddress.collapse_addresses(n for n in networks if n.version == 4)],
+            [str(n) for n in ipaddress.collapse_addresses(n for n in networks if n.version == 6)])
+
+
+def render_table(v4, v6, ports):
+    """The ruleset file: create, delete and define the table in one transaction."""
+    def elements(items):
+        return '        elements = { %s }\n' % ', '.join(items) if items else ''
+    port_set = '{ %s }' % ', '.join(str(p) for p in sorted(ports))
+    return (
+        'add table inet {table}\n'
+        'delete table inet {table}\n'
+        'table inet {table} {{\n'
+        '    comment "homelab.llm_server http_ban: client addresses banned at home"\n'
+        '    set banned_v4 {{\n'
+        '        type ipv4_addr\n'
+        '        flags interval\n'
+        '{v4}'
+        '    }}\n'
+        '    set banned_v6 {{\n'
+        '        type ipv6_addr\n'
+        '        flags interval\n'
+        '{v6}'
+        '    }}\n'
+        '    chain input {{\n'
+        '        type filter hook input priority filter - 5; policy accept;\n'
+        '        ip saddr @banned_v4 tcp dport {ports} drop\n'
+        '        ip6 saddr @banned_v6 tcp dport {ports} drop\n'
+        '    }}\n'
+        '}}\n'
+    ).format(table=TABLE, v4=elements(v4), v6=elements(v6), ports=port_set)
+
+
+def fetch(url, timeout):
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (an http URL from the inventory)
+        return response.read().decode('utf-8', 'replace')
+
+
+def read_state(path):
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        with open(path) as handle:
+            state = json.load(handle)
+        if isinstance(state, dict):
+            return state
+    return {}
+
+
+def atomic_write(path, text, mode=0o644):
+    directory = os.path.dirname(path) or '.'
+    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', dir=directory)
+    try:
+        with os.fdopen(fd, 'w') as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def gather(sources, state, now, max_age, fetcher):
+    """Each source's addresses (fetched, or the last ones while younger than max_age) and the failed URLs."""
+    sources_state = state.get('sources', {})
+    kept, failed, networks = {}, [], []
+    for url in sources:
+        try:
+            addresses = [str(n) for n in parse_list(fetcher(url))]
+            kept[url] = {'fetched_at': now, 'addresses': addresses}
+        except (OSError, ValueError):
+            failed.append(url)
+            last = sources_state.get(url)
+            if last and now - float(last.get('fetched_at', 0)) <= max_age:
+                kept[url] = last
+        networks.extend(ipaddress.ip_network(a) for a in kept.get(url, {}).get('addresses', []))
+    return kept, failed, networks
+
+
+def render_metrics(sources, kept, failed, count):
+    lines = [
+        '# HELP llm_door_banned_addresses Client addresses (or networks) that home banned, dropped at the door.',
+        '# TYPE llm_door_banned_addresses gauge',
+        'llm_door_banned_addresses %d' % count,
+        '# HELP llm_door_bans_source_up 1 when the last pull of a home\'s list of banned addresses worked.',
+        '# TYPE llm_door_bans_source_up gauge',
+    ]
+    lines += ['llm_door_bans_source_up{source="%s"} %d' % (url, url not in failed) for url in sources]
+    lines += [
+        '# HELP llm_door_bans_source_last_success_timestamp_seconds When a home\'s list was last pulled.',
+        '# TYPE llm_door_bans_source_last_success_timestamp_seconds gauge',
+    ]
+    lines += ['llm_door_bans_source_last_success_timestamp_seconds{source="%s"} %.3f'
+              % (url, float(kept[url]['fetched_at'])) for url in sources if url in kept]
+    return '\n'.join(lines) + '\n'
+
+
+def table_exists():
+    return subprocess.run([NFT, 'list', 'table', 'inet', TABLE], capture_output=True, check=False).returncode == 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('config', help='the JSON file the role writes')
+    args = parser.parse_args(argv)
+    with open(args.config) as handle:
+        config = json.load(handle)
+
+    sources = list(config['sources'])
+    state = read_state(config['state'])
+    timeout = float(config.get('timeout_s', 5))
+    kept, failed, networks = gather(sources, state, time.time(), float(config.get('max_age_s', 3600)),
+                                    lambda url: fetch(url, timeout))
+    v4, v6 = collapse(networks)
+    ruleset = render_table(v4, v6, [int(p) for p in config['ports']])
+
+    applied = False
+    if ruleset != state.get('ruleset') or not table_exists():
+        proc = subprocess.run([NFT, '-f', '-'], input=ruleset, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            sys.exit('nft refused the table: %s' % proc.stderr.strip())
+        applied = True
+    atomic_write(config['state'], json.dumps({'ruleset': ruleset, 'sources': kept}), mode=0o600)
+    atomic_write(config['metrics'], render_metrics(sources, kept, failed, len(v4) + len(v6)))
+    print(json.dumps({'applied': applied, 'addresses': len(v4) + len(v6), 'failed': failed}))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""roles/http_ban/files/llm-door-bans.py: the VPS's pull of home's bans into an nftables table."""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / 'roles' / 'http_ban' / 'files' / 'llm-door-bans.py'
+SPEC = importlib.util.spec_from_file_location('llm_door_bans', SCRIPT)
+bans = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(bans)
+
+# What home's action writes (llm-http-ban.py's render_banned).
+HOME_LIST = """# Client addresses banned by fail2ban (jail llm-http) through llm-http-ban.
+# Rewritten at every ban and unban: do not edit. Included by nginx's
+# geo $llm_banned; a banned address gets 403.
+198.51.100.7 1;
+203.0.113.0/24 1;
+203.0.113.9 1;
+2001:db8::5 1;
+not-an-address 1;
+"""
+
+
+def test_the_home_list_is_read_and_overlaps_collapse():
+    v4, v6 = bans.collapse(bans.parse_list(HOME_LIST))
+    assert v4 == ['198.51.100.7/32', '203.0.113.0/24']
+    assert v6 == ['2001:db8::5/128']
+
+
+def test_an_empty_list_gives_empty_sets():
+    text = bans.render_table([], [], [443, 80])
+    assert 'elements' not in text
+    assert 'tcp dport { 80, 443 } drop' in text
+
+
+def nft_check(tmp_path, text):
+    if not shutil.which('nft') or not shutil.which('unshare'):
+        pytest.skip('nft and unshare are needed (scripts/setup-test-host.sh installs nftables)')
+    path = tmp_path / 'bans.nft'
+    path.write_text(text)
+    return subprocess.run(['unshare', '-n', 'nft', '-c', '-f', str(path)], capture_output=True, text=True,
+                          check=False)
+
+
+def test_nft_accepts_the_table(tmp_path):
+    v4, v6 = bans.collapse(bans.parse_list(HOME_LIST))
+    for text in (bans.render_table(v4, v6, [80, 443]), bans.render_table([], [], [80, 443])):
+        proc = nft_check(tmp_path, text)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_a_failed_pull_keeps_the_last_addresses_until_they_are_too_old():
+    def down(url):
+        raise OSError('connection refused')
+    state = {'sources': {'http://h/b': {'fetched_at': 1000.0, 'addresses': ['198.51.100.7/32']}}}
+    kept, failed, networks = bans.gather(['http://h/b'], state, 1000.0 + 60, 3600, down)
+    assert failed == ['http://h/b']
+    assert networks == [ipaddress.ip_network('198.51.100.7/32')]
+    assert kept['http://h/b']['fetched_at'] == 1000.0
+    kept, failed, networks = bans.gather(['http://h/b'], state, 1000.0 + 3601, 3600, down)
+    assert failed == ['http://h/b'] and networks == [] and kept == {}
+
+
+def test_each_home_counts_and_the_metrics_say_which_failed():
+    lists = {'http://a/b': '198.51.100.7 1;\n', 'http://c/b': None}
+
+    def fetcher(url):
+        if lists[url] is None:
+            raise OSError('timed out')
+        return lists[url]
+    kept, failed, networks = bans.gather(list(lists), {}, 2000.0, 3600, fetcher)
+    text = bans.render_metrics(list(lists), kept, failed, len(networks))
+    assert 'llm_door_banned_addresses 1\n' in text
+    assert 'llm_door_bans_source_up{source="http://a/b"} 1\n' in text
+    assert 'llm_door_bans_source_up{source="http://c/b"} 0\n' in text
+    assert 'llm_door_bans_source_last_success_timestamp_seconds{source="http://a/b"} 2000.000\n' in text
+    assert 'source="http://c/b"} 2000' not in text
