@@ -82,9 +82,9 @@ def tunnel_errors(hosts):
             errors.append("%s: wireguard_port must be a UDP port from 1 to 65535, not %r." % (name, port))
     for vps in sorted(vpses):
         if not any(host.get('vps') == vps for host in hosts.values()):
-            errors.append("%s: no home server of this play dials this VPS: set wireguard_vps: %s on the home "
-                          "server, and run both ends together (a --limit must name the home server too)."
-                          % (vps, vps))
+            errors.append("%s: no home server of this play dials this VPS, and it has met none in an earlier "
+                          "run: set wireguard_vps: %s on the home server, and run both ends together (a first "
+                          "--limit must name the home server too)." % (vps, vps))
     return errors
 
 

@@ -62,8 +62,9 @@ def test_mistakes_are_named(render, change, expected):
 
 def test_a_vps_without_home_server(render):
     found = render('{{ hosts | homelab.llm_server.tunnel_errors }}', hosts={'edge': GOOD['edge']})['value']
-    assert found == ['edge: no home server of this play dials this VPS: set wireguard_vps: edge on the home server, '
-                     'and run both ends together (a --limit must name the home server too).']
+    assert found == ['edge: no home server of this play dials this VPS, and it has met none in an earlier run: set '
+                     'wireguard_vps: edge on the home server, and run both ends together (a first --limit must name '
+                     'the home server too).']
 
 
 def test_not_a_dict(render):
