@@ -180,3 +180,17 @@ def module_runner(collection_root, tmp_path):
         except ValueError as exc:
             raise AssertionError('not JSON: %r / stderr %r' % (proc.stdout, proc.stderr)) from exc
     return run
+
+
+@pytest.fixture
+def nft_check(tmp_path):
+    """Checks an nftables ruleset with `nft -c` in a throwaway network namespace; nothing is applied here."""
+    if not shutil.which('nft') or not shutil.which('unshare'):
+        pytest.skip('nft and unshare are needed (scripts/setup-test-host.sh installs nftables)')
+
+    def check(ruleset):
+        path = tmp_path / 'rules.nft'
+        path.write_text(ruleset)
+        return subprocess.run(['unshare', '-n', 'nft', '-c', '-f', str(path)], capture_output=True, text=True,
+                              check=False, timeout=30)
+    return check

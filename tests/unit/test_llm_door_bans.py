@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -42,19 +40,10 @@ def test_an_empty_list_gives_empty_sets():
     assert 'tcp dport { 80, 443 } drop' in text
 
 
-def nft_check(tmp_path, text):
-    if not shutil.which('nft') or not shutil.which('unshare'):
-        pytest.skip('nft and unshare are needed (scripts/setup-test-host.sh installs nftables)')
-    path = tmp_path / 'bans.nft'
-    path.write_text(text)
-    return subprocess.run(['unshare', '-n', 'nft', '-c', '-f', str(path)], capture_output=True, text=True,
-                          check=False)
-
-
-def test_nft_accepts_the_table(tmp_path):
+def test_nft_accepts_the_table(nft_check):
     v4, v6 = bans.collapse(bans.parse_list(HOME_LIST))
     for text in (bans.render_table(v4, v6, [80, 443]), bans.render_table([], [], [80, 443])):
-        proc = nft_check(tmp_path, text)
+        proc = nft_check(text)
         assert proc.returncode == 0, proc.stderr
 
 

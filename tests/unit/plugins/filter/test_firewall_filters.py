@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 import pytest
 
@@ -83,17 +81,7 @@ def _rules(render, **variables):
     return 'table inet llm_firewall {\n%s\n}\n' % result['value']
 
 
-def _nft_check(ruleset, tmp_path):
-    if not shutil.which('nft') or not shutil.which('unshare'):
-        pytest.skip('nft and unshare are needed (scripts/setup-test-host.sh installs nftables)')
-    path = tmp_path / 'rules.nft'
-    path.write_text(ruleset)
-    # A throwaway network namespace: checked against an empty ruleset, nothing applied here.
-    return subprocess.run(['unshare', '-n', 'nft', '-c', '-f', str(path)], capture_output=True, text=True,
-                          check=False, timeout=30)
-
-
-def test_home_rules(render, tmp_path):
+def test_home_rules(render, nft_check):
     ruleset = _rules(render)
     assert 'ip saddr { 10.77.0.0/24, 192.168.1.0/24 } tcp dport 22 accept' in ruleset
     assert 'ip6 saddr { fd00:1::/64 } tcp dport 22 accept' in ruleset
@@ -101,11 +89,11 @@ def test_home_rules(render, tmp_path):
     assert 'ip saddr { 10.77.0.1 } tcp dport { 8081, 8443 } accept' in ruleset
     assert 'ip saddr { 10.77.0.0/24 } tcp dport { 9090, 9100 } accept' in ruleset
     assert 'hook forward' not in ruleset
-    check = _nft_check(ruleset, tmp_path)
+    check = nft_check(ruleset)
     assert check.returncode == 0, check.stderr
 
 
-def test_vps_rules(render, tmp_path):
+def test_vps_rules(render, nft_check):
     ruleset = _rules(render, firewall_host_role='vps', _firewall_lan=[], firewall_proxy_protocol_ports=[],
                      firewall_proxy_protocol_sources=[], firewall_ssh_allow_from=['198.51.100.7', '2001:db8::/48'],
                      firewall_block_forwarding=True, firewall_monitoring_sources=[])
@@ -115,16 +103,16 @@ def test_vps_rules(render, tmp_path):
     assert 'udp dport 51820 accept' in ruleset
     assert 'type filter hook forward priority filter; policy drop;' in ruleset
     assert '9100' not in ruleset
-    check = _nft_check(ruleset, tmp_path)
+    check = nft_check(ruleset)
     assert check.returncode == 0, check.stderr
 
 
-def test_vps_without_allow_list_takes_ssh_from_anywhere(render, tmp_path):
+def test_vps_without_allow_list_takes_ssh_from_anywhere(render, nft_check):
     ruleset = _rules(render, firewall_host_role='vps', _firewall_lan=[], firewall_monitoring_sources=[])
     assert '\n        tcp dport 22 accept comment "ssh"' in ruleset
-    assert _nft_check(ruleset, tmp_path).returncode == 0
+    assert nft_check(ruleset).returncode == 0
 
 
-def test_a_misspelt_extra_rule_is_refused_by_nft(render, tmp_path):
-    check = _nft_check(_rules(render, firewall_extra_rules=['tcp dport 8080 acept']), tmp_path)
+def test_a_misspelt_extra_rule_is_refused_by_nft(render, nft_check):
+    check = nft_check(_rules(render, firewall_extra_rules=['tcp dport 8080 acept']))
     assert check.returncode != 0 and 'syntax error' in check.stderr
