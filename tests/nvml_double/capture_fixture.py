@@ -67,6 +67,21 @@ def device_record(handle, anonymise):
     ecc = ask('nvmlDeviceGetEccMode', pynvml.nvmlDeviceGetEccMode, handle)
     mig = ask('nvmlDeviceGetMigMode', pynvml.nvmlDeviceGetMigMode, handle)
     reasons = ask('nvmlDeviceGetCurrentClocksEventReasons', pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
+    # What llm-gpu-exporter reads besides gpu_facts' fields.
+    util = ask('nvmlDeviceGetUtilizationRates', pynvml.nvmlDeviceGetUtilizationRates, handle)
+    ecc_errors = {kind: prune({counter: ask('nvmlDeviceGetTotalEccErrors', pynvml.nvmlDeviceGetTotalEccErrors,
+                                            handle, error_type, counter_type)
+                               for counter, counter_type in (('volatile', 0), ('aggregate', 1))})
+                  for kind, error_type in (('corrected', 0), ('uncorrected', 1))}
+    rows = ask('nvmlDeviceGetRemappedRows', pynvml.nvmlDeviceGetRemappedRows, handle)
+    events = ask('nvmlDeviceGetSupportedEventTypes', pynvml.nvmlDeviceGetSupportedEventTypes, handle)
+    fields = ask('nvmlDeviceGetFieldValues', pynvml.nvmlDeviceGetFieldValues, handle,
+                 [pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+    field_values = {}
+    if fields is not None and fields[0].nvmlReturn == 0:
+        field_values['NVML_FI_DEV_GET_GPU_RECOVERY_ACTION'] = fields[0].value.uiVal
+    elif fields is not None and fields[0].nvmlReturn != pynvml.NVML_ERROR_NOT_SUPPORTED:
+        field_values['NVML_FI_DEV_GET_GPU_RECOVERY_ACTION'] = int(fields[0].nvmlReturn)
     device = {
         'name': text(ask('nvmlDeviceGetName', pynvml.nvmlDeviceGetName, handle)),
         'uuid': uuid,
@@ -85,6 +100,7 @@ def device_record(handle, anonymise):
             'gen_gpu_max': ask('nvmlDeviceGetGpuMaxPcieLinkGeneration', pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration, handle),
             'width_current': ask('nvmlDeviceGetCurrPcieLinkWidth', pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
             'width_max': ask('nvmlDeviceGetMaxPcieLinkWidth', pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+            'replay_counter': ask('nvmlDeviceGetPcieReplayCounter', pynvml.nvmlDeviceGetPcieReplayCounter, handle),
         }),
         'temperature': prune({
             'gpu': ask('nvmlDeviceGetTemperature', pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
@@ -112,6 +128,12 @@ def device_record(handle, anonymise):
             + [('max_' + name, ask('nvmlDeviceGetMaxClockInfo', pynvml.nvmlDeviceGetMaxClockInfo, handle, i))
                for i, name in enumerate(('graphics', 'sm', 'mem', 'video'))])),
         'clocks_event_reasons': None if reasons is None else '0x%X' % reasons,
+        'utilization': util and {'gpu': util.gpu, 'memory': util.memory},
+        'ecc_errors': {kind: counts for kind, counts in ecc_errors.items() if counts} or None,
+        'remapped_rows': rows and {'correctable': rows[0], 'uncorrectable': rows[1],
+                                   'pending': bool(rows[2]), 'failure': bool(rows[3])},
+        'supported_events': None if events is None else '0x%X' % events,
+        'field_values': field_values or None,
     }
     device = prune(device)
     device['errors'] = rec.errors

@@ -17,6 +17,7 @@
  *   - value absent or null        -> NVML_ERROR_NOT_SUPPORTED
  *   - value of the wrong type     -> NVML_ERROR_UNKNOWN (+ stderr diagnostic)
  *   - "errors" map entry          -> that error is returned instead
+ *   - "hang_ms" map entry         -> that call sleeps first (a GPU that hangs NVML)
  *
  * Self-contained on purpose (libc only) so it builds anywhere with:
  *   gcc -shared -fPIC -O2 -Wall -Wextra -Werror -o libnvidia-ml.so.1 fake_nvml.c
@@ -30,6 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -49,6 +53,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_TIMEOUT 10
 #define NVML_ERROR_UNKNOWN 999
 
 struct fake_device {
@@ -115,6 +120,50 @@ _Static_assert(nvmlPciInfoExt_v1 == 0x1000040, "nvmlPciInfoExt_v1");
 _Static_assert(nvmlMemory_v2 == 0x02000028, "nvmlMemory_v2");
 _Static_assert(nvmlTemperature_v1 == 0x100000C, "nvmlTemperature_v1");
 
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    unsigned int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t layout");
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t layout");
+
+/* nvmlValueType_t */
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
+#define NVML_VALUE_TYPE_UNSIGNED_LONG_LONG 3
+/* nvmlEventType* bits */
+#define NVML_EVENT_TYPE_XID_CRITICAL_ERROR 0x8ULL
+/* nvmlFieldValue_t field ids used by name in fixtures */
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+
 struct named_value {
     const char *name;
     long long value;
@@ -176,6 +225,24 @@ static const struct named_value architecture_names[] = {
     {"kepler", 2}, {"maxwell", 3}, {"pascal", 4}, {"volta", 5}, {"turing", 6},
     {"ampere", 7}, {"ada", 8}, {"hopper", 9}, {"blackwell", 10}, {"rubin", 13},
     {"unknown", 0xffffffffLL}, {NULL, 0},
+};
+
+static const struct named_value event_type_names[] = {
+    {"single_bit_ecc_error", 0x1}, {"double_bit_ecc_error", 0x2}, {"pstate", 0x4},
+    {"xid_critical_error", 0x8}, {"xid", 0x8}, {"clock", 0x10}, {"power_source_change", 0x80},
+    {"mig_config_change", 0x100}, {"single_bit_ecc_error_storm", 0x200},
+    {"dram_retirement_event", 0x400}, {"dram_retirement_failure", 0x800},
+    {"non_fatal_poison_error", 0x1000}, {"fatal_poison_error", 0x2000},
+    {"gpu_unavailable_error", 0x4000}, {"gpu_recovery_action", 0x8000}, {NULL, 0},
+};
+
+/* Field ids a fixture may name in "field_values" (any id may be given as a number). */
+static const struct named_value field_id_names[] = {
+    {"NVML_FI_DEV_PCIE_REPLAY_COUNTER", 94},
+    {"NVML_FI_DEV_PCIE_REPLAY_ROLLOVER_COUNTER", 95},
+    {"NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", 230},
+    {"recovery_action", 230},
+    {NULL, 0},
 };
 
 static const struct named_value enable_state_names[] = {
@@ -953,6 +1020,42 @@ static nvmlReturn_t system_check(const char *sym, const char *base)
     return forced_error(jget(g_root, "errors"), sym, base);
 }
 
+static void sleep_ms(long long ms)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(ms / 1000);
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/*
+ * A device's "hang_ms" map: the named call (or "*", every call of that
+ * device) sleeps that long before it answers, as NVML does for a GPU that
+ * has fallen off the bus or whose driver is stuck.
+ */
+static void maybe_hang(const struct jv *dev_json, const char *sym, const char *base)
+{
+    const struct jv *map = jget(dev_json, "hang_ms");
+    const struct jv *v;
+    long long ms;
+    if (!map)
+        return;
+    v = jget(map, sym);
+    if (!v && base)
+        v = jget(map, base);
+    if (!v)
+        v = jget(map, "*");
+    if (!v)
+        return;
+    if (!jv_to_ll(v, NULL, &ms)) {
+        diag("fixture %s: hang_ms.%s is not a number of milliseconds", g_fixture_path, sym);
+        return;
+    }
+    if (ms > 0)
+        sleep_ms(ms);
+}
+
 static nvmlReturn_t device_check(nvmlDevice_t d, const char *sym, const char *base)
 {
     nvmlReturn_t r;
@@ -960,6 +1063,7 @@ static nvmlReturn_t device_check(nvmlDevice_t d, const char *sym, const char *ba
         return NVML_ERROR_UNINITIALIZED;
     if (!valid_device(d))
         return NVML_ERROR_INVALID_ARGUMENT;
+    maybe_hang(d->json, sym, base);
     r = forced_error(jget(d->json, "errors"), sym, base);
     if (r != NVML_SUCCESS)
         return r;
@@ -1204,6 +1308,7 @@ static nvmlReturn_t handle_by_index(const char *sym, unsigned int index, nvmlDev
     SYSTEM_CHECK(sym, "nvmlDeviceGetHandleByIndex");
     if (!device || index >= g_ndev)
         return NVML_ERROR_INVALID_ARGUMENT;
+    maybe_hang(g_dev[index].json, sym, "nvmlDeviceGetHandleByIndex");
     {
         nvmlReturn_t r = forced_error(jget(g_dev[index].json, "errors"), sym, "nvmlDeviceGetHandleByIndex");
         if (r != NVML_SUCCESS)
@@ -1759,4 +1864,361 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t de
     if (p2pIndex == 4 && !jpath(link, keys[4]) && jpath(link, "p2p.pci"))
         return get_enum(link, "p2p.pci", p2p_status_names, p2pStatus);
     return get_enum(link, keys[p2pIndex], p2p_status_names, p2pStatus);
+}
+
+/* ------------------------------------------------------------------ */
+/* Utilisation and health counters: ECC, row remapping, PCIe replays   */
+/* ------------------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+    unsigned int gpu = 0, mem = 0;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceGetUtilizationRates", NULL);
+    if (!utilization)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = get_uint(device->json, "utilization.gpu", &gpu);
+    if (r != NVML_SUCCESS)
+        return r;
+    r = get_uint(device->json, "utilization.memory", &mem);
+    if (r != NVML_SUCCESS)
+        return r;
+    utilization->gpu = gpu;
+    utilization->memory = mem;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int errorType, unsigned int counterType,
+                                                unsigned long long *eccCounts)
+{
+    static const char *const kinds[] = {"corrected", "uncorrected"};
+    static const char *const counters[] = {"volatile", "aggregate"};
+    char path[64];
+    DEVICE_CHECK(device, "nvmlDeviceGetTotalEccErrors", NULL);
+    if (errorType > 1 || counterType > 1 || !eccCounts)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    snprintf(path, sizeof(path), "ecc_errors.%s.%s", kinds[errorType], counters[counterType]);
+    return get_u64(device->json, path, eccCounts);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+                                              unsigned int *isPending, unsigned int *failureOccurred)
+{
+    const struct jv *rows;
+    unsigned int values[4] = {0, 0, 0, 0};
+    static const char *const keys[] = {"correctable", "uncorrectable", "pending", "failure"};
+    int i;
+    DEVICE_CHECK(device, "nvmlDeviceGetRemappedRows", NULL);
+    if (!corrRows || !uncRows || !isPending || !failureOccurred)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rows = jget(device->json, "remapped_rows");
+    if (!rows)
+        return NVML_ERROR_NOT_SUPPORTED;
+    for (i = 0; i < 4; i++) {
+        /* counts default to 0 and the flags to false when left out */
+        nvmlReturn_t r = i < 2 ? get_uint(rows, keys[i], &values[i])
+                               : get_enum(rows, keys[i], enable_state_names, &values[i]);
+        if (r != NVML_SUCCESS && r != NVML_ERROR_NOT_SUPPORTED)
+            return r;
+    }
+    *corrRows = values[0];
+    *uncRows = values[1];
+    *isPending = values[2] ? 1 : 0;
+    *failureOccurred = values[3] ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetPcieReplayCounter", NULL);
+    return get_uint(device->json, "pcie.replay_counter", value);
+}
+
+/* ------------------------------------------------------------------ */
+/* Field values (the driver's recovery action, ...)                    */
+/* ------------------------------------------------------------------ */
+
+static long long clock_ms(clockid_t id, const struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(id, &now);
+    if (!since)
+        return (long long)now.tv_sec * 1000LL + now.tv_nsec / 1000000L;
+    return (long long)(now.tv_sec - since->tv_sec) * 1000LL + (now.tv_nsec - since->tv_nsec) / 1000000L;
+}
+
+/* The fixture's entry for a field id: keys are ids ("230") or names from field_id_names. */
+static const struct jv *field_value_entry(const struct jv *map, unsigned int field_id)
+{
+    size_t i;
+    if (!map || map->type != J_OBJ)
+        return NULL;
+    for (i = map->n; i > 0; i--) { /* last duplicate wins */
+        const char *key = map->keys[i - 1];
+        long long id;
+        char *endp;
+        if (!lookup_name(field_id_names, key, &id)) {
+            errno = 0;
+            id = strtoll(key, &endp, 0);
+            if (errno || !*key || *endp)
+                continue;
+        }
+        if (id == (long long)field_id)
+            return map->items[i - 1]->type == J_NULL ? NULL : map->items[i - 1];
+    }
+    return NULL;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    const struct jv *map;
+    int i;
+    DEVICE_CHECK(device, "nvmlDeviceGetFieldValues", NULL);
+    if (valuesCount < 0 || (valuesCount > 0 && !values))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    map = jget(device->json, "field_values");
+    for (i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *fv = &values[i];
+        const struct jv *v = field_value_entry(map, fv->fieldId);
+        unsigned long long u = 0;
+        long long code;
+        fv->timestamp = clock_ms(CLOCK_REALTIME, NULL) * 1000LL;
+        fv->latencyUsec = 0;
+        memset(&fv->value, 0, sizeof(fv->value));
+        fv->valueType = fv->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION ? NVML_VALUE_TYPE_UNSIGNED_INT
+                                                                           : NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+        if (!v) {
+            fv->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+            continue;
+        }
+        if (v->type == J_STR) { /* a string is the error this one field answers */
+            if (!jv_to_ll(v, error_names, &code)) {
+                diag("fixture %s: field_values.%u is not an NVML error name", g_fixture_path, fv->fieldId);
+                code = NVML_ERROR_UNKNOWN;
+            }
+            fv->nvmlReturn = (nvmlReturn_t)code;
+            continue;
+        }
+        if (!jv_to_u64(v, &u)) {
+            fv->nvmlReturn = bad_type(device->json, "field_values");
+            continue;
+        }
+        fv->nvmlReturn = NVML_SUCCESS;
+        if (fv->valueType == NVML_VALUE_TYPE_UNSIGNED_INT)
+            fv->value.uiVal = (unsigned int)u;
+        else
+            fv->value.ullVal = u;
+    }
+    return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Events: XIDs from the fixture ("xid_events") or appended to a file  */
+/* ("xid_events_file") while the caller waits                          */
+/* ------------------------------------------------------------------ */
+
+#define EVENT_SET_MAGIC 0x45564e54U
+
+struct fake_event_set {
+    unsigned int magic;
+    pthread_mutex_t lock;
+    unsigned long long mask[MAX_DEVICES];
+    struct timespec since[MAX_DEVICES];  /* when the device registered for XIDs */
+    size_t delivered[MAX_DEVICES];       /* xid_events entries delivered */
+    long long file_offset[MAX_DEVICES];  /* bytes of xid_events_file consumed */
+};
+typedef struct fake_event_set *nvmlEventSet_t;
+
+static nvmlReturn_t supported_events(nvmlDevice_t device, unsigned long long *mask)
+{
+    const struct jv *v = jget(device->json, "supported_events");
+    long long bit;
+    size_t i;
+    if (!v)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (v->type != J_ARR) {
+        if (!jv_to_ll(v, event_type_names, &bit))
+            return bad_type(device->json, "supported_events");
+        *mask = (unsigned long long)bit;
+        return NVML_SUCCESS;
+    }
+    *mask = 0;
+    for (i = 0; i < v->n; i++) {
+        if (!jv_to_ll(v->items[i], event_type_names, &bit))
+            return bad_type(device->json, "supported_events");
+        *mask |= (unsigned long long)bit;
+    }
+    return NVML_SUCCESS;
+}
+
+static const char *xid_events_file(const struct jv *dev_json)
+{
+    const struct jv *v = jget(dev_json, "xid_events_file");
+    return v && v->type == J_STR && v->str[0] ? v->str : NULL;
+}
+
+static long long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : 0;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetSupportedEventTypes", NULL);
+    if (!eventTypes)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return supported_events(device, eventTypes);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    struct fake_event_set *s;
+    SYSTEM_CHECK("nvmlEventSetCreate", NULL);
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return NVML_ERROR_UNKNOWN;
+    s->magic = EVENT_SET_MAGIC;
+    pthread_mutex_init(&s->lock, NULL);
+    *set = s;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set)
+{
+    unsigned long long supported = 0;
+    unsigned int i;
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceRegisterEvents", NULL);
+    if (!set || set->magic != EVENT_SET_MAGIC)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = supported_events(device, &supported);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (eventTypes & ~supported)
+        return NVML_ERROR_NOT_SUPPORTED;
+    i = device->index;
+    pthread_mutex_lock(&set->lock);
+    if ((eventTypes & NVML_EVENT_TYPE_XID_CRITICAL_ERROR) && !(set->mask[i] & NVML_EVENT_TYPE_XID_CRITICAL_ERROR)) {
+        const char *path = xid_events_file(device->json);
+        /* like NVML, a new registration sees only what happens from now on */
+        clock_gettime(CLOCK_MONOTONIC, &set->since[i]);
+        set->delivered[i] = 0;
+        set->file_offset[i] = path ? file_size(path) : 0;
+    }
+    set->mask[i] |= eventTypes;
+    pthread_mutex_unlock(&set->lock);
+    return NVML_SUCCESS;
+}
+
+/* The next XID due for device i: the fixture's list first, then new lines of the file. */
+static int next_xid(struct fake_event_set *s, unsigned int i, unsigned long long *xid)
+{
+    const struct jv *list = jget(g_dev[i].json, "xid_events");
+    const char *path = xid_events_file(g_dev[i].json);
+    if (list && list->type == J_ARR && s->delivered[i] < list->n) {
+        const struct jv *item = list->items[s->delivered[i]];
+        long long x = -1, after = 0;
+        if (item->type == J_OBJ) {
+            if (!jv_to_ll(jget(item, "xid"), NULL, &x))
+                x = -1;
+            if (jget(item, "after_ms") && !jv_to_ll(jget(item, "after_ms"), NULL, &after))
+                after = 0;
+        } else if (!jv_to_ll(item, NULL, &x)) {
+            x = -1;
+        }
+        if (x < 0) {
+            diag("fixture %s: devices[%u].xid_events[%zu] is not an XID", g_fixture_path, i, s->delivered[i]);
+            s->delivered[i]++;
+        } else if (clock_ms(CLOCK_MONOTONIC, &s->since[i]) >= after) {
+            s->delivered[i]++;
+            *xid = (unsigned long long)x;
+            return 1;
+        }
+    }
+    if (path) {
+        char line[128];
+        FILE *f;
+        if (file_size(path) < s->file_offset[i])
+            s->file_offset[i] = 0; /* the file was truncated or replaced */
+        f = fopen(path, "r");
+        if (!f)
+            return 0;
+        if (fseek(f, (long)s->file_offset[i], SEEK_SET) != 0) {
+            fclose(f);
+            return 0;
+        }
+        while (fgets(line, sizeof(line), f)) {
+            size_t n = strlen(line);
+            char *endp;
+            unsigned long long x;
+            if (n == 0 || line[n - 1] != '\n')
+                break; /* a line still being written */
+            s->file_offset[i] += (long long)n;
+            x = strtoull(line, &endp, 0);
+            if (endp == line)
+                continue; /* blank line or comment */
+            fclose(f);
+            *xid = x;
+            return 1;
+        }
+        fclose(f);
+    }
+    return 0;
+}
+
+static nvmlReturn_t event_wait(const char *sym, nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        unsigned int i;
+        long long left;
+        nvmlReturn_t r = system_check(sym, "nvmlEventSetWait");
+        if (r != NVML_SUCCESS)
+            return r;
+        if (!set || set->magic != EVENT_SET_MAGIC || !data)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        pthread_mutex_lock(&set->lock);
+        for (i = 0; i < g_ndev; i++) {
+            unsigned long long xid;
+            if (!(set->mask[i] & NVML_EVENT_TYPE_XID_CRITICAL_ERROR) || !next_xid(set, i, &xid))
+                continue;
+            pthread_mutex_unlock(&set->lock);
+            memset(data, 0, sizeof(*data));
+            data->device = &g_dev[i];
+            data->eventType = NVML_EVENT_TYPE_XID_CRITICAL_ERROR;
+            data->eventData = xid;
+            data->gpuInstanceId = 0xFFFFFFFFU; /* not a MIG instance */
+            data->computeInstanceId = 0xFFFFFFFFU;
+            return NVML_SUCCESS;
+        }
+        pthread_mutex_unlock(&set->lock);
+        left = (long long)timeoutms - clock_ms(CLOCK_MONOTONIC, &start);
+        if (left <= 0)
+            return NVML_ERROR_TIMEOUT;
+        sleep_ms(left < 5 ? left : 5);
+    }
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    return event_wait("nvmlEventSetWait_v2", set, data, timeoutms);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    return event_wait("nvmlEventSetWait", set, data, timeoutms);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    if (!set || set->magic != EVENT_SET_MAGIC)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    set->magic = 0;
+    pthread_mutex_destroy(&set->lock);
+    free(set);
+    return NVML_SUCCESS;
 }

@@ -9,7 +9,6 @@ import importlib.util
 import ipaddress
 from pathlib import Path
 
-import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / 'roles' / 'http_ban' / 'files' / 'llm-door-bans.py'
 SPEC = importlib.util.spec_from_file_location('llm_door_bans', SCRIPT)

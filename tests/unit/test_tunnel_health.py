@@ -10,10 +10,10 @@
   certificate made here for a name, as the VPS probes its door.
 - Every file written is checked with `promtool check metrics` (the parser and
   linter of the Prometheus exposition format that node exporter's textfile
-  collector uses), and the alert rules with `promtool check rules` and `promtool
-  test rules`. promtool comes from Debian's prometheus package, extracted by
-  `make promtool` (LLM_SERVER_PROMTOOL, else build/promtool/promtool); the
-  promtool tests are skipped where it is missing.
+  collector uses); the alert rules are checked with every other rule file by
+  tests/unit/test_alert_rules.py. promtool comes from Debian's prometheus
+  package, extracted by `make promtool` (LLM_SERVER_PROMTOOL, else
+  build/promtool/promtool); the promtool checks are skipped where it is missing.
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ import pytest
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 METRICS_SCRIPT = os.path.join(REPO_ROOT, 'roles', 'wireguard', 'files', 'llm-tunnel-metrics.py')
 PROBE_SCRIPT = os.path.join(REPO_ROOT, 'roles', 'vps_door', 'files', 'llm-door-probe.py')
-RULES = os.path.join(REPO_ROOT, 'roles', 'wireguard', 'files', 'prometheus', 'llm-tunnel.rules.yml')
-RULES_TEST = os.path.join(REPO_ROOT, 'tests', 'prometheus', 'llm-tunnel.test.yml')
 PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')
 needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),
                                     reason='no promtool at %s: run `make promtool`' % PROMTOOL)
@@ -279,19 +277,3 @@ def test_probe_fails_when_the_door_closes(certificate, tmp_path):
     found = samples(out.read_text())
     assert value(found, 'llm_tunnel_probe_success', server_name=NAME) == 0
     assert value(found, 'llm_tunnel_probe_http_status', server_name=NAME) == 0
-
-
-# ------------------------------------------------------------------ alert rules
-
-
-@needs_promtool
-def test_alert_rules_are_valid():
-    proc = subprocess.run([PROMTOOL, 'check', 'rules', RULES], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-@needs_promtool
-def test_alert_rules_unit_tests():
-    """Each alert fires where it must and stays quiet where it must (tests/prometheus/llm-tunnel.test.yml)."""
-    proc = subprocess.run([PROMTOOL, 'test', 'rules', RULES_TEST], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
