@@ -90,12 +90,14 @@ nvml-double: $(NVML_DOUBLE)
 nvidia-repo: host
 	python3 tests/nvidia_repo/build.py $(BUILD)/nvidia-repo
 
-# Wheels of the target-side Python dependencies, installed into the test
+# Wheels of the target-side Python dependencies (nvidia-ml-py for gpu_facts,
+# prometheus-client for the GPU exporter), installed into the test
 # containers without an index (containers cannot verify TLS to PyPI here).
 $(WHEELS)/.done: requirements.txt | venv
 	mkdir -p $(WHEELS)
 	$(BIN)/pip download --quiet --no-deps --only-binary=:all: -d $(WHEELS) \
-	  "$$(grep -E '^nvidia-ml-py==' requirements.txt)"
+	  "$$(grep -E '^nvidia-ml-py==' requirements.txt)" \
+	  "$$(grep -E '^prometheus-client==' requirements.txt)"
 	touch $@
 
 .PHONY: wheels

@@ -6,6 +6,14 @@
 The watch tests put a stand-in `systemctl` first in PATH: it prints the unit
 properties the test wrote (so grace and unit states are exercised through the
 real parsing), and the restart command appends a line to a file.
+
+The metrics tests read the file each tick writes for node exporter's textfile
+collector, with the names and labels that
+roles/serving/files/prometheus/llm-engines.rules.yml reads, and check it with
+`promtool check metrics` (LLM_SERVER_PROMTOOL, else build/promtool/promtool
+from `make promtool`; skipped where it is missing). The role's side (the
+settings it writes, the file its stop and prune steps remove) is rendered
+with Ansible's Templar.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -20,11 +29,15 @@ import sys
 import time
 
 import pytest
+import yaml
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 LLM_HEALTH = os.path.join(REPO_ROOT, 'roles', 'serving', 'files', 'llm-health.py')
 TEST_SERVER = os.path.join(REPO_ROOT, 'tests', 'openai_server', 'openai_test_server.py')
 API_KEY = 'sk-test-4f1c9d2e8b7a'
+PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')
+needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),
+                                    reason='no promtool at %s: run `make promtool`' % PROMTOOL)
 
 
 def _load_llm_health():
@@ -214,6 +227,8 @@ def test_wait_succeeds_when_the_server_comes_up_late(start_server):
     waiter = subprocess.Popen([sys.executable, LLM_HEALTH, 'wait', '--url', url, '--model', 'm', '--timeout', '15',
                                '--interval', '0.1', '--deadline', '2'], stdout=subprocess.PIPE, text=True)
     try:
+        # The server starts once the waiter has been refused, however slowly it started.
+        first = waiter.stdout.readline()
         time.sleep(0.5)
         start_server('--model', 'm', port=port)
         out, _err = waiter.communicate(timeout=20)
@@ -221,12 +236,12 @@ def test_wait_succeeds_when_the_server_comes_up_late(start_server):
         if waiter.poll() is None:
             waiter.kill()
             waiter.communicate()
-    assert waiter.returncode == 0, out
-    lines = out.splitlines()
+    assert waiter.returncode == 0, first + out
+    lines = (first + out).splitlines()
     assert 'connection refused' in lines[0]
     assert lines[-1].startswith('healthy after ')
     elapsed = float(lines[-1].split()[2])
-    assert 0.5 <= elapsed < 5
+    assert 0.5 <= elapsed < 10
 
 
 def test_wait_fails_after_the_timeout():
@@ -284,10 +299,15 @@ def watch_env(tmp_path):
             if show_file.exists():
                 show_file.unlink()
 
+        metrics_dir = tmp_path / 'metrics'
+        metrics_file = metrics_dir / 'llm_engine_probe_engine-a.prom'
+
         def configure(self, url, **overrides):
+            self.metrics_dir.mkdir(exist_ok=True)
             config = {'name': 'engine-a', 'url': url, 'model': 'm', 'unit': 'engine-a.service',
                       'deadline_s': 2, 'state_dir': str(self.state_dir), 'grace_s': 0,
-                      'restart_command': ['sh', '-c', 'echo restart >> "$0"', str(self.restarts_file)]}
+                      'restart_command': ['sh', '-c', 'echo restart >> "$0"', str(self.restarts_file)],
+                      'metrics_dir': str(self.metrics_dir), 'interval': '30s'}
             config.update(overrides)
             self.config_path.write_text(json.dumps(config))
 
@@ -300,6 +320,10 @@ def watch_env(tmp_path):
 
         def restarts(self):
             return len(self.restarts_file.read_text().splitlines()) if self.restarts_file.exists() else 0
+
+        def metrics(self):
+            """{name: value} of the metrics file, each family once with the instance's labels."""
+            return metric_values(self.metrics_file.read_text())
 
     watch = Watch()
     watch.unit()
@@ -335,14 +359,16 @@ def test_watch_counts_failures_and_restarts_at_the_threshold(start_server, watch
     assert sorted(os.listdir(watch_env.state_dir)) == ['.engine-a.lock', 'engine-a.json']
 
 
+# Backoffs of seconds, not fractions: the second tick must come before the
+# first backoff ends even on a loaded machine.
 def test_watch_backoff_holds_back_then_allows_the_next_restart(start_server, watch_env):
     server = start_server('--model', 'm', '--fail-status', '503')
-    watch_env.configure(server.url, failures_before_restart=1, backoff_initial_s=0.5, backoff_max_s=1.5)
+    watch_env.configure(server.url, failures_before_restart=1, backoff_initial_s=2, backoff_max_s=6)
 
     rc, out, _err = watch_env.tick()
-    assert 'restart 1; next restart allowed after 0.5 s' in out
+    assert 'restart 1; next restart allowed after 2.0 s' in out
     first = watch_env.state()
-    assert first['backoff_s'] == 1
+    assert first['backoff_s'] == 4
 
     rc, out, _err = watch_env.tick()
     assert rc == 1 and 'restart held back by backoff for' in out
@@ -351,16 +377,16 @@ def test_watch_backoff_holds_back_then_allows_the_next_restart(start_server, wat
 
     time.sleep(max(0.0, first['next_allowed_restart'] - time.time()) + 0.05)
     rc, out, _err = watch_env.tick()
-    assert 'restart 2; next restart allowed after 1.0 s' in out
+    assert 'restart 2; next restart allowed after 4.0 s' in out
     assert watch_env.restarts() == 2
     second = watch_env.state()
-    assert second['next_allowed_restart'] - second['last_restart'] == pytest.approx(1)
-    assert second['backoff_s'] == 1.5  # 2, capped by backoff_max_s
+    assert second['next_allowed_restart'] - second['last_restart'] == pytest.approx(4)
+    assert second['backoff_s'] == 6  # 8, capped by backoff_max_s
 
     time.sleep(max(0.0, second['next_allowed_restart'] - time.time()) + 0.05)
     rc, out, _err = watch_env.tick()
-    assert 'restart 3; next restart allowed after 1.5 s' in out
-    assert watch_env.state()['backoff_s'] == 1.5
+    assert 'restart 3; next restart allowed after 6.0 s' in out
+    assert watch_env.state()['backoff_s'] == 6
 
 
 def test_watch_success_resets_failures_and_later_the_backoff(start_server, watch_env):
@@ -480,6 +506,280 @@ def test_watch_bad_config_is_a_usage_error(watch_env):
     assert 'unknown key(s) failures_before_restat' in err
 
 
+# ------------------------------------------------------------------ metrics
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+PROBE_LABELS = {'serving_instance': 'engine-a', 'unit': 'engine-a.service', 'model': 'm'}
+# What llm-engines.rules.yml and its promtool tests read: name and type.
+PROBE_FAMILIES = {
+    'llm_engine_probe_success': 'gauge',
+    'llm_engine_probe_timestamp_seconds': 'gauge',
+    'llm_engine_probe_interval_seconds': 'gauge',
+    'llm_engine_probe_restarts_total': 'counter',
+}
+
+
+def metric_values(text, labels=None):
+    """{name: value} of an exposition text holding one sample a family, every one with HELP, TYPE and labels."""
+    labels = PROBE_LABELS if labels is None else labels
+    values, helped, types = {}, set(), {}
+    for line in text.splitlines():
+        if line.startswith('# HELP '):
+            helped.add(line.split()[2])
+        elif line.startswith('# TYPE '):
+            _hash, _type, name, kind = line.split()
+            types[name] = kind
+        else:
+            match = SAMPLE.match(line)
+            assert match, 'not a sample line: %r' % line
+            assert dict(LABEL.findall(match.group(2))) == labels, line
+            assert match.group(1) not in values, 'two samples of %s' % match.group(1)
+            values[match.group(1)] = float(match.group(3))
+    assert types == PROBE_FAMILIES and helped == set(PROBE_FAMILIES), text
+    assert set(values) == set(PROBE_FAMILIES), text
+    return values
+
+
+def promtool_check_metrics(text):
+    proc = subprocess.run([PROMTOOL, 'check', 'metrics'], input=text, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, 'promtool check metrics: %s%s\n%s' % (proc.stdout, proc.stderr, text)
+
+
+def test_watch_metrics_after_a_success(start_server, watch_env):
+    server = start_server('--model', 'm')
+    watch_env.configure(server.url)
+    before = time.time()
+    rc, out, _err = watch_env.tick()
+    assert rc == 0 and 'metrics not written' not in out
+    text = watch_env.metrics_file.read_text()
+    values = metric_values(text)
+    assert values['llm_engine_probe_success'] == 1
+    assert before - 1 <= values['llm_engine_probe_timestamp_seconds'] <= time.time()
+    # The time the tick ran, as its state file keeps it (to the millisecond).
+    assert values['llm_engine_probe_timestamp_seconds'] == pytest.approx(watch_env.state()['last_check'], abs=0.001)
+    assert values['llm_engine_probe_interval_seconds'] == 30
+    assert values['llm_engine_probe_restarts_total'] == 0
+    # Whole numbers without a fraction; the labels in the order the rules' tests write them.
+    assert 'llm_engine_probe_success{serving_instance="engine-a",unit="engine-a.service",model="m"} 1\n' in text
+    assert 'llm_engine_probe_interval_seconds{serving_instance="engine-a",unit="engine-a.service",model="m"} 30\n' \
+        in text
+    # Readable by node exporter, and no temporary file left beside it.
+    assert stat.S_IMODE(watch_env.metrics_file.stat().st_mode) == 0o644
+    assert os.listdir(watch_env.metrics_dir) == ['llm_engine_probe_engine-a.prom']
+
+
+def test_watch_metrics_count_failures_and_restarts(start_server, watch_env):
+    server = start_server('--model', 'm', '--fail-status', '500')
+    watch_env.configure(server.url, failures_before_restart=2, backoff_initial_s=0, interval='1min 30s')
+
+    rc, _out, _err = watch_env.tick()
+    assert rc == 1
+    values = watch_env.metrics()
+    assert values['llm_engine_probe_success'] == 0 and values['llm_engine_probe_restarts_total'] == 0
+    assert values['llm_engine_probe_interval_seconds'] == 90
+    first_at = values['llm_engine_probe_timestamp_seconds']
+
+    rc, out, _err = watch_env.tick()
+    assert rc == 1 and 'restart 1;' in out
+    values = watch_env.metrics()
+    assert values['llm_engine_probe_success'] == 0 and values['llm_engine_probe_restarts_total'] == 1
+    assert values['llm_engine_probe_timestamp_seconds'] > first_at
+
+    # Healthy again: the counter stays where it was (a counter never goes down).
+    server.control(fail_status=0)
+    watch_env.tick()
+    values = watch_env.metrics()
+    assert values['llm_engine_probe_success'] == 1 and values['llm_engine_probe_restarts_total'] == 1
+
+    server.control(fail_status=503)
+    watch_env.tick()
+    rc, out, _err = watch_env.tick()
+    assert 'restart 2;' in out and watch_env.restarts() == 2
+    values = watch_env.metrics()
+    assert values['llm_engine_probe_success'] == 0 and values['llm_engine_probe_restarts_total'] == 2
+    assert watch_env.state()['restarts'] == 2
+
+
+def test_watch_metrics_restart_held_back_is_still_a_failure(start_server, watch_env):
+    server = start_server('--model', 'm', '--fail-status', '500')
+    watch_env.configure(server.url, failures_before_restart=1, backoff_initial_s=600)
+    watch_env.tick()
+    rc, out, _err = watch_env.tick()
+    assert rc == 1 and 'held back by backoff' in out
+    values = watch_env.metrics()
+    assert values['llm_engine_probe_success'] == 0 and values['llm_engine_probe_restarts_total'] == 1
+
+
+def test_watch_metrics_failure_in_the_grace_is_not_a_failure(start_server, watch_env):
+    server = start_server('--model', 'm', '--fail-status', '500')
+    watch_env.configure(server.url, failures_before_restart=1, grace_s=60)
+    watch_env.unit(entered_s_ago=1)
+    rc, out, _err = watch_env.tick()
+    assert rc == 0 and 'not counted' in out
+    assert watch_env.metrics()['llm_engine_probe_success'] == 1
+
+    watch_env.unit(entered_s_ago=61)
+    rc, _out, _err = watch_env.tick()
+    assert rc == 1
+    values = watch_env.metrics()
+    assert values['llm_engine_probe_success'] == 0 and values['llm_engine_probe_restarts_total'] == 1
+
+
+@pytest.mark.parametrize('active', ['activating', 'inactive', 'failed'])
+def test_watch_metrics_unit_not_active_is_not_a_failure(watch_env, active):
+    watch_env.configure('http://127.0.0.1:%d' % free_port(), failures_before_restart=1)
+    watch_env.unit(active=active)
+    rc, _out, _err = watch_env.tick()
+    assert rc == 0
+    values = watch_env.metrics()
+    assert values['llm_engine_probe_success'] == 1 and values['llm_engine_probe_restarts_total'] == 0
+
+
+def test_watch_restarts_survive_a_new_checker_process_and_a_new_configuration(start_server, watch_env):
+    server = start_server('--model', 'm', '--fail-status', '500')
+    watch_env.configure(server.url, failures_before_restart=1, backoff_initial_s=0)
+    watch_env.tick()
+    watch_env.tick()
+    assert watch_env.metrics()['llm_engine_probe_restarts_total'] == 2
+    # A new deployment rewrites the settings (another interval, deadline): the count is the state file's.
+    server.control(fail_status=0)
+    watch_env.configure(server.url, failures_before_restart=3, interval=15, deadline_s=5)
+    watch_env.tick()
+    values = watch_env.metrics()
+    assert values['llm_engine_probe_restarts_total'] == 2 and values['llm_engine_probe_interval_seconds'] == 15
+
+
+def test_watch_without_metrics_dir_writes_no_metrics(start_server, watch_env):
+    server = start_server('--model', 'm')
+    watch_env.configure(server.url, metrics_dir=None, interval=None)
+    rc, out, _err = watch_env.tick()
+    assert rc == 0 and 'metrics' not in out
+    assert os.listdir(watch_env.metrics_dir) == []
+
+
+def test_watch_unwritable_metrics_do_not_stop_the_check(start_server, watch_env):
+    server = start_server('--model', 'm', '--fail-status', '500')
+    missing = watch_env.metrics_dir / 'missing'
+    watch_env.configure(server.url, failures_before_restart=1, metrics_dir=str(missing))
+    rc, out, _err = watch_env.tick()
+    # The restart happened and the state was kept; the line says why there is no file.
+    assert rc == 1 and 'restart 1;' in out and watch_env.restarts() == 1
+    assert out.rstrip().endswith('metrics not written to %s/llm_engine_probe_engine-a.prom: '
+                                 'No such file or directory' % missing)
+    assert watch_env.state()['restarts'] == 1
+
+
+@needs_promtool
+@pytest.mark.parametrize('fail_status, failures_before_restart, grace_s', [
+    (0, 3, 0),      # healthy
+    (500, 3, 0),    # a counted failure
+    (500, 1, 0),    # a counted failure and a restart
+    (500, 1, 60),   # a failure in the loading grace
+])
+def test_watch_metrics_pass_promtool(start_server, watch_env, fail_status, failures_before_restart, grace_s):
+    server = start_server('--model', 'Qwen/Qwen3-32B', '--fail-status', str(fail_status))
+    watch_env.configure(server.url, model='Qwen/Qwen3-32B', failures_before_restart=failures_before_restart,
+                        grace_s=grace_s)
+    watch_env.unit(entered_s_ago=1 if grace_s else 3600)
+    watch_env.tick()
+    promtool_check_metrics(watch_env.metrics_file.read_text())
+
+
+def test_metrics_are_those_the_alert_rules_read():
+    """Every llm_engine_probe_ series of the rules and of their promtool tests, with the labels the checker writes."""
+    with open(os.path.join(REPO_ROOT, 'roles', 'serving', 'files', 'prometheus', 'llm-engines.rules.yml'),
+              encoding='utf-8') as handle:
+        rules = handle.read()
+    with open(os.path.join(REPO_ROOT, 'tests', 'prometheus', 'llm-engines.test.yml'), encoding='utf-8') as handle:
+        rule_tests = yaml.safe_load(handle)
+    written = {name for name, _kind, _help in llm_health.METRIC_FAMILIES}
+    assert set(re.findall(r'llm_engine_probe_[a-z_]+', rules)) == written == set(PROBE_FAMILIES)
+    assert {kind for name, kind, _help in llm_health.METRIC_FAMILIES if name.endswith('_total')} == {'counter'}
+    series = [entry['series'] for test in rule_tests['tests'] for entry in test['input_series']
+              if entry['series'].startswith('llm_engine_probe_')]
+    assert series
+    for text in series:
+        # job and instance are node exporter's scrape target; the rest comes from the file.
+        labels = dict(LABEL.findall(text))
+        assert set(labels) - {'job', 'instance'} == set(PROBE_LABELS), text
+        assert labels['unit'] == labels['serving_instance'] + '.service', text
+
+
+def test_metrics_label_values_are_escaped():
+    config = {'name': 'a', 'unit': 'a.service', 'model': 'org/model "q"\\v1', 'interval': 30.0}
+    text = llm_health.render_metrics(config, True, 1700000000.25, 3)
+    assert 'model="org/model \\"q\\"\\\\v1"' in text
+    values = metric_values(text, {'serving_instance': 'a', 'unit': 'a.service', 'model': 'org/model \\"q\\"\\\\v1'})
+    assert values['llm_engine_probe_timestamp_seconds'] == 1700000000.25
+    if os.access(PROMTOOL, os.X_OK):
+        promtool_check_metrics(text)
+
+
+# ------------------------------------------------------------------ the role's side (Ansible's Templar)
+
+
+def _role_yaml(*parts):
+    with open(os.path.join(REPO_ROOT, 'roles', 'serving', *parts), encoding='utf-8') as handle:
+        return yaml.safe_load(handle)
+
+
+def _task(tasks, prefix):
+    """The task whose name starts with prefix, looked for in blocks too."""
+    for task in tasks:
+        if task.get('name', '').startswith(prefix):
+            return task
+        found = _task(task.get('block', []), prefix) if 'block' in task else None
+        if found:
+            return found
+    raise AssertionError('no task named %r' % prefix)
+
+
+def _metrics_dir_expression():
+    value = _role_yaml('vars', 'main.yml')['_serving_metrics_dir']
+    match = re.match(r'^\{\{\s*(.*?)\s*\}\}$', value)
+    assert match, value
+    return match.group(1)
+
+
+def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_env, tmp_path):
+    """The settings instance.yml writes pass the checker, whose file the stop and prune steps remove."""
+    instance_tasks = _role_yaml('tasks', 'instance.yml')
+    settings = _task(instance_tasks, 'Write the health check settings')['vars']['_serving_health_config']
+    stop = _task(instance_tasks, "Take out of the proxy's list")['loop']
+    prune = _task(_role_yaml('tasks', 'prune_one.yml'), 'Remove the files of')['loop']
+    template = ('{%% set _serving_metrics_dir = %s %%}{%% set serving_prune_name = serving_instance.name %%}%s'
+                % (_metrics_dir_expression(), json.dumps({'settings': settings, 'stop': stop, 'prune': prune})))
+    server = start_server('--model', 'Qwen/Qwen3-32B')
+    port = int(server.url.rsplit(':', 1)[1])
+    defaults = _role_yaml('defaults', 'main.yml')
+    variables = {key: value for key, value in defaults.items() if key.startswith('serving_health_')}
+    variables.update(serving_instance={'name': 'engine-a', 'port': port, 'model_name': 'Qwen/Qwen3-32B'},
+                     serving_config_dir=str(tmp_path / 'etc'), serving_state_dir=str(tmp_path / 'var'),
+                     llm_server_metrics_dir=str(watch_env.metrics_dir))
+    result = render(template, **variables)
+    assert 'value' in result, result
+    rendered = result['value'] if isinstance(result['value'], dict) else json.loads(result['value'])
+
+    config = rendered['settings']
+    assert config['metrics_dir'] == str(watch_env.metrics_dir) and config['interval'] == '30s'
+    watch_env.metrics_dir.mkdir()
+    watch_env.config_path.write_text(json.dumps(config))
+    rc, out, err = watch_env.tick()
+    assert rc == 0, out + err
+    values = metric_values(watch_env.metrics_file.read_text(), dict(PROBE_LABELS, model='Qwen/Qwen3-32B'))
+    assert values['llm_engine_probe_success'] == 1 and values['llm_engine_probe_interval_seconds'] == 30
+
+    # Stopping and pruning the instance remove that very file.
+    assert str(watch_env.metrics_file) in rendered['stop']
+    assert str(watch_env.metrics_file) in rendered['prune']
+
+
+def test_role_metrics_dir_defaults_to_node_exporters(render):
+    result = render('{{ %s }}' % _metrics_dir_expression())
+    assert result == {'value': '/var/lib/prometheus/node-exporter'}
+
+
 # ------------------------------------------------------------------ configuration (in-process)
 
 
@@ -509,6 +809,12 @@ def test_config_defaults_and_numbers_templated_as_strings(tmp_path):
     ({'deadline_s': True}, 'deadline_s must be a number'),
     ({'backoff_initial_s': 60, 'backoff_max_s': 30}, 'backoff_max_s (30.0) must not be below'),
     ({'restart_command': 'systemctl restart x'}, 'restart_command must be a non-empty list'),
+    ({'metrics_dir': '/srv/m'}, 'interval (the timer\'s period) is required with metrics_dir'),
+    ({'metrics_dir': 'relative', 'interval': 30}, 'metrics_dir must be an absolute path'),
+    ({'interval': '30 seconds please'}, "interval '30 seconds please' is not a systemd time span"),
+    ({'interval': '1mon'}, 'is not a systemd time span'),
+    ({'interval': 0}, 'interval must be above 0'),
+    ({'interval': True}, 'interval must be a time span'),
 ])
 def test_config_errors(tmp_path, values, message):
     base = {'name': 'a', 'url': 'http://127.0.0.1:8001', 'model': 'm', 'unit': 'a.service'}
@@ -516,3 +822,15 @@ def test_config_errors(tmp_path, values, message):
     with pytest.raises(llm_health.ConfigError) as info:
         llm_health.load_watch_config(_write_config(tmp_path, **base))
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize('span, seconds', [
+    ('30s', 30), ('30', 30), (45, 45), ('2.5', 2.5), ('1min', 60), ('1m30s', 90), ('1min 30s', 90),
+    ('5 min', 300), ('1h', 3600), ('500ms', 0.5), ('2 minutes', 120), ('1M', 2629800),
+])
+def test_config_interval_is_a_systemd_time_span(tmp_path, span, seconds):
+    config = llm_health.load_watch_config(_write_config(
+        tmp_path, name='a', url='http://127.0.0.1:8001', model='m', unit='a.service', metrics_dir='/srv/m',
+        interval=span))
+    assert config['interval'] == pytest.approx(seconds)
+    assert config['metrics_dir'] == '/srv/m'

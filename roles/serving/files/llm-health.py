@@ -15,7 +15,8 @@ and both must answer within one deadline.
       and the last reason (with --json the last line is JSON). Exit 0 healthy, 1 not.
   python3 llm-health.py watch --config /etc/llm-server/health/NAME.json
       One tick of a systemd timer: check, count consecutive failures in the
-      state file and restart the unit at the threshold, with backoff.
+      state file and restart the unit at the threshold, with backoff; with
+      metrics_dir, write the result for node exporter's textfile collector.
       Exit 0 healthy (or not judged), 1 unhealthy, 2 bad configuration.
 
 Exit 2 means a usage or configuration error in every subcommand. The API
@@ -35,8 +36,25 @@ The watch configuration is a JSON object:
   api_key_file                none
   restart_command             ["systemctl", "restart", unit]
   restart_timeout_s           300
+  metrics_dir                 none   node exporter's textfile collector directory: each
+                              tick writes {metrics_dir}/llm_engine_probe_{name}.prom
+  interval                    the timer's period, required with metrics_dir: a
+                              systemd time span ("30s", "1min 30s") or seconds
 Numbers may be JSON strings ("20"). Unknown keys are an error (a typo would
 otherwise be ignored).
+
+The metrics file (labels serving_instance=name, unit, model) holds
+llm_engine_probe_success (0 only for a failure that counts: the unit active
+and past its grace, or its state unknown; 1 for a healthy engine, a failure
+within the grace and a unit that is not active), llm_engine_probe_timestamp_seconds
+(when the tick ran), llm_engine_probe_interval_seconds and the counter
+llm_engine_probe_restarts_total (the state file's restarts, so it survives
+from one tick to the next). It is replaced atomically (a temporary file in the
+same directory, renamed) with mode 0644. A tick that did not finish (another
+one holds the lock, a configuration error) writes nothing, so its timestamp
+ages. A file that cannot be written is reported on the tick's line and does
+not change its exit code: the check and its restarts go on. The role removes
+the file when the instance is stopped or pruned.
 
 The unit's state comes from `systemctl show`. A unit that is not "active"
 (activating, inactive, failed, ...) is not checked and its failure count is
@@ -340,6 +358,10 @@ WATCH_DEFAULTS = {
     # Failures within grace_s of the unit becoming active are not counted: the model is loading.
     'grace_s': 600.0,
     'restart_timeout_s': 300.0,
+    # node exporter's textfile collector directory; None writes no metrics.
+    'metrics_dir': None,
+    # The timer's period (a systemd time span or seconds), written as a metric.
+    'interval': None,
 }
 WATCH_REQUIRED = ('name', 'url', 'model', 'unit')
 _NUMBERS = {  # key: (minimum, integer)
@@ -373,6 +395,41 @@ def _number(key, value, minimum, integer):
     if value < minimum:
         raise ConfigError('%s must be at least %s, not %r' % (key, minimum, value))
     return value
+
+
+# systemd.time(7): the units of a time span, case-sensitive (m is minutes, M months).
+_TIMESPAN_UNITS = {
+    'usec': 1e-6, 'us': 1e-6, '\u00b5s': 1e-6, 'msec': 1e-3, 'ms': 1e-3,
+    'seconds': 1.0, 'second': 1.0, 'sec': 1.0, 's': 1.0, '': 1.0,
+    'minutes': 60.0, 'minute': 60.0, 'min': 60.0, 'm': 60.0,
+    'hours': 3600.0, 'hour': 3600.0, 'hr': 3600.0, 'h': 3600.0,
+    'days': 86400.0, 'day': 86400.0, 'd': 86400.0,
+    'weeks': 604800.0, 'week': 604800.0, 'w': 604800.0,
+    'months': 2629800.0, 'month': 2629800.0, 'M': 2629800.0,
+    'years': 31557600.0, 'year': 31557600.0, 'y': 31557600.0,
+}
+_TIMESPAN_PART_RE = re.compile(r'\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z\u00b5]*)')
+
+
+def parse_timespan(key, value):
+    """Seconds of a systemd time span ("30s", "1min 30s", "2m") or of a number. Raises ConfigError."""
+    if isinstance(value, bool):
+        raise ConfigError('%s must be a time span, not %r' % (key, value))
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text, seconds, position = value.strip(), 0.0, 0
+        while position < len(text):
+            match = _TIMESPAN_PART_RE.match(text, position)
+            if not match or match.group(2) not in _TIMESPAN_UNITS:
+                raise ConfigError('%s %r is not a systemd time span such as 30s or 1min' % (key, value))
+            seconds += float(match.group(1)) * _TIMESPAN_UNITS[match.group(2)]
+            position = match.end()
+    else:
+        raise ConfigError('%s must be a time span, not %r' % (key, value))
+    if math.isnan(seconds) or math.isinf(seconds) or seconds <= 0:
+        raise ConfigError('%s must be above 0, not %r' % (key, value))
+    return seconds
 
 
 def load_watch_config(path):
@@ -415,6 +472,14 @@ def load_watch_config(path):
         raise ConfigError('restart_command must be a non-empty list of strings, not %r' % (command,))
     if config['api_key_file'] is not None and not isinstance(config['api_key_file'], str):
         raise ConfigError('api_key_file must be a path, not %r' % (config['api_key_file'],))
+    if config['metrics_dir'] is not None:
+        if not isinstance(config['metrics_dir'], str) or not config['metrics_dir'].startswith('/'):
+            raise ConfigError('metrics_dir must be an absolute path, not %r' % (config['metrics_dir'],))
+        if config['interval'] is None:
+            raise ConfigError('interval (the timer\'s period) is required with metrics_dir: the alert on a probe '
+                              'that stopped running compares the last timestamp with it')
+    if config['interval'] is not None:
+        config['interval'] = parse_timespan('interval', config['interval'])
     return config
 
 
@@ -500,6 +565,81 @@ def save_state(path, state):
         raise
 
 
+# ---------------------------------------------------------------- metrics
+
+METRIC_FAMILIES = (  # name, type, help
+    ('llm_engine_probe_success', 'gauge',
+     '0 when the last health check failed in a way that counts (unit active and past its loading grace), '
+     'else 1.'),
+    ('llm_engine_probe_timestamp_seconds', 'gauge',
+     'Unix time of the last health check; a value that stops moving means the check no longer runs.'),
+    ('llm_engine_probe_interval_seconds', 'gauge', "Seconds between health checks (the timer's period)."),
+    ('llm_engine_probe_restarts_total', 'counter',
+     'Restarts of the engine by its health check (attempts, kept in its state file).'),
+)
+
+
+def metrics_path(metrics_dir, name):
+    """The textfile collector file of instance name."""
+    return os.path.join(metrics_dir, 'llm_engine_probe_%s.prom' % name)
+
+
+def _label_value(text):
+    return str(text).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+def _number_text(value):
+    """Whole numbers without a fraction (30, not 30.0), others as Python writes them."""
+    return '%d' % value if value == int(value) else repr(float(value))
+
+
+def render_metrics(config, success, timestamp, restarts):
+    """The exposition text of one tick: a HELP and a TYPE line and one sample per family."""
+    labels = '{serving_instance="%s",unit="%s",model="%s"}' % (
+        _label_value(config['name']), _label_value(config['unit']), _label_value(config['model']))
+    values = {
+        'llm_engine_probe_success': 1 if success else 0,
+        'llm_engine_probe_timestamp_seconds': round(timestamp, 3),
+        'llm_engine_probe_interval_seconds': config['interval'],
+        'llm_engine_probe_restarts_total': restarts,
+    }
+    lines = []
+    for name, kind, help_text in METRIC_FAMILIES:
+        lines.append('# HELP %s %s' % (name, help_text))
+        lines.append('# TYPE %s %s' % (name, kind))
+        lines.append('%s%s %s' % (name, labels, _number_text(values[name])))
+    return '\n'.join(lines) + '\n'
+
+
+def write_atomically(path, text):
+    """Write path through a temporary file in its directory (not *.prom, so never read half-written), 0644."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
+    try:
+        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
+            handle.write(text)
+            handle.flush()
+            os.fchmod(handle.fileno(), 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _write_metrics(config, state, code):
+    """Writes the tick's metrics; returns None, or why they could not be written."""
+    path = metrics_path(config['metrics_dir'], config['name'])
+    text = render_metrics(config, code == EXIT_HEALTHY, state['last_check'], state['restarts'])
+    try:
+        write_atomically(path, text)
+    except OSError as exc:
+        return 'metrics not written to %s: %s' % (path, exc.strerror or exc)
+    return None
+
+
 def _seconds(value):
     return '%d s' % round(value) if value >= 10 else '%.1f s' % value
 
@@ -523,6 +663,12 @@ def watch_tick(config, api_key, now=None):
         save_state(state_path, state)
         if note:
             line += '; ' + note
+        if config['metrics_dir'] is not None:
+            # Only counted failures return EXIT_UNHEALTHY: a failure in the grace, a unit
+            # that is not active and a healthy engine all return EXIT_HEALTHY.
+            why_not = _write_metrics(config, state, code)
+            if why_not:
+                line += '; ' + why_not
         return code, line
     finally:
         lock.close()
