@@ -101,7 +101,7 @@ def unit_lines(text):
     for line in text.splitlines():
         if not line or line.startswith(('#', '[')):
             continue
-        key, _, value = line.partition('=')
+        key, _separator, value = line.partition('=')
         pairs.append((key, value))
     return pairs
 
