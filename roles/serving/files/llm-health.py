@@ -547,22 +547,7 @@ def load_state(path, config):
 
 def save_state(path, state):
     """Write the state atomically: a temporary file in the same directory, then rename."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            json.dump(state, handle, indent=2, sort_keys=True)
-            handle.write('\n')
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomically(path, json.dumps(state, indent=2, sort_keys=True) + '\n')
 
 
 # ---------------------------------------------------------------- metrics
@@ -619,6 +604,7 @@ def write_atomically(path, text):
         with os.fdopen(fd, 'w', encoding='utf-8') as handle:
             handle.write(text)
             handle.flush()
+            os.fsync(handle.fileno())
             os.fchmod(handle.fileno(), 0o644)
         os.replace(tmp, path)
     except BaseException:
