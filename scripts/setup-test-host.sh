@@ -5,11 +5,13 @@
 # locally built image, gcc for the NVML test double, g++, cmake and git for
 # llama-server (scripts/build-llamacpp.sh), the SSH client for the scenario
 # that reaches its hosts over SSH, nftables for the firewall's unit tests and
-# the stand-in home router of the remote scenario.
+# the stand-in home router of the remote scenario, chromium (headless) for
+# screenshots and render checks of the Prometheus console pages
+# (tests/monitoring/screenshot.py).
 set -euo pipefail
 
 need=()
-for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client nftables; do
+for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client nftables chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
