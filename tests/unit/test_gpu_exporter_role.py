@@ -219,7 +219,7 @@ def test_installed_files_exist_and_cover_the_program_imports(render_role):
 
 
 def test_prometheus_client_pin_agrees_with_requirements_and_wheels():
-    version = load(ROLE, 'defaults', 'main.yml')['gpu_exporter_prometheus_client_version']
+    version = load(COMMON, 'defaults', 'main.yml')['common_prometheus_client_version']
     with open(os.path.join(REPO_ROOT, 'requirements.txt')) as handle:
         assert 'prometheus-client==%s' % version in handle.read().splitlines()
     with open(os.path.join(REPO_ROOT, 'Makefile')) as handle:
@@ -229,14 +229,8 @@ def test_prometheus_client_pin_agrees_with_requirements_and_wheels():
 def test_fallbacks_are_the_common_roles_defaults(render_role):
     common = load(COMMON, 'defaults', 'main.yml')
     assert render_role('{{ _gpu_exporter_venv }}') == common['common_venv_path']
-    assert render_role('{{ _gpu_exporter_wheelhouse }}') == common['common_wheelhouse']
-    assert render_role('{{ _gpu_exporter_pip_index_url }}') == common['common_pip_index_url']
-    assert (load(ROLE, 'vars', 'main.yml')['_gpu_exporter_wheel_cache']
-            == load(COMMON, 'vars', 'main.yml')['_common_wheel_cache'])
     # The inventory's settings win, as they do for the common role.
     assert render_role('{{ _gpu_exporter_venv }}', common_venv_path='/srv/venv') == '/srv/venv'
-    assert render_role('{{ _gpu_exporter_pip_args | join(" ") }}', common_wheelhouse='/w') == (
-        '--no-index --find-links /var/cache/llm-server/wheels --disable-pip-version-check')
 
 
 # --- validate.yml -----------------------------------------------------------------
@@ -252,8 +246,8 @@ _CASES = [
     ('gpu_exporter_user', 'Exporter User', "gpu_exporter_user 'Exporter User' is not a user name"),
     ('gpu_exporter_environment', {'1BAD': 'x'}, "gpu_exporter_environment: '1BAD' is not an environment variable"),
     ('gpu_exporter_environment', {'GOOD': 'a\nb'}, 'gpu_exporter_environment: the value of GOOD holds a line break'),
-    ('gpu_exporter_prometheus_client_version', '>=0.20',
-     "gpu_exporter_prometheus_client_version must pin an exact prometheus-client release"),
+    ('common_prometheus_client_version', '>=0.20',
+     "common_prometheus_client_version must pin an exact prometheus-client release"),
     ('common_wheelhouse', '/nonexistent/wheels',
      "common_wheelhouse '/nonexistent/wheels' holds no prometheus_client 0.26.0 wheel"),
 ]
@@ -307,7 +301,9 @@ def validation_results(tmp_path_factory):
     work = tmp_path_factory.mktemp('validate')
     (work / 'play.yml').write_text(_PLAY)
     (work / 'case.yml').write_text(_CASE)
-    defaults = dict(load(ROLE, 'defaults', 'main.yml'), common_wheelhouse='')
+    common = load(COMMON, 'defaults', 'main.yml')
+    defaults = dict(load(ROLE, 'defaults', 'main.yml'), common_wheelhouse='',
+                    common_prometheus_client_version=common['common_prometheus_client_version'])
     cases = [{'id': 'defaults', 'name': None}] + [
         {'id': str(i), 'name': name, 'value': value, 'reset': defaults[name]}
         for i, (name, value, _msg) in enumerate(_CASES)]

@@ -482,7 +482,7 @@ def test_the_unit_runs_the_program_unprivileged_in_adm_and_hardened(collection_r
     with open(TEMPLATE) as handle:
         template = handle.read()
     rendered = render_role(collection_root, {
-        'unit': template, 'url': '{{ _nginx_metrics_url }}', 'pin': '{{ _nginx_metrics_prometheus_client_version }}',
+        'unit': template, 'url': '{{ _nginx_metrics_url }}', 'venv': '{{ _nginx_metrics_venv }}',
     }, nginx_access_log='/var/log/nginx/odd name %h.log')
     unit = unit_settings(rendered['unit'])
     argv = shlex.split(unit['ExecStart'][0])
@@ -497,9 +497,9 @@ def test_the_unit_runs_the_program_unprivileged_in_adm_and_hardened(collection_r
                        ('RestrictAddressFamilies', 'AF_INET AF_INET6 AF_UNIX'), ('SystemCallFilter', '@system-service')):
         assert unit[key] == [value], key
     assert rendered['url'] == 'http://127.0.0.1:9836/metrics'
-    # One prometheus-client in the shared virtual environment: the GPU exporter's pin.
-    with open(os.path.join(REPO_ROOT, 'roles', 'gpu_exporter', 'defaults', 'main.yml')) as handle:
-        assert rendered['pin'] == yaml.safe_load(handle)['gpu_exporter_prometheus_client_version']
+    # The common role's environment, where it installs prometheus-client for every exporter.
+    with open(os.path.join(REPO_ROOT, 'roles', 'common', 'defaults', 'main.yml')) as handle:
+        assert rendered['venv'] == yaml.safe_load(handle)['common_venv_path']
 
 
 def test_the_play_asks_metrics_where_the_exporter_listens(collection_root):
