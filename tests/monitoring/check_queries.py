@@ -105,6 +105,11 @@ def metric_names(expr):
     return sorted(names)
 
 
+def reads_engine(expr, engine):
+    """True when expr reads at least one series of the engine (its prefix)."""
+    return any(name.startswith(ENGINE_PREFIXES[engine]) for name in metric_names(expr))
+
+
 def engine_only(expr, engines):
     """True when every metric name of expr belongs to one of the engines (their prefixes)."""
     prefixes = tuple(ENGINE_PREFIXES[engine] for engine in engines)
@@ -405,6 +410,8 @@ def main(argv=None):
     parser.add_argument('--prometheus', required=True, help='base URL, e.g. http://127.0.0.1:9090')
     parser.add_argument('--skip-engine', action='append', default=[], choices=sorted(ENGINE_PREFIXES),
                         help="skip expressions that read only this engine's series (repeatable)")
+    parser.add_argument('--only-engine', choices=sorted(ENGINE_PREFIXES),
+                        help="evaluate only the expressions that read this engine's series (where it alone runs)")
     parser.add_argument('--allow-empty', action='append', default=[], metavar='REGEX',
                         help='expressions matching REGEX may return nothing (repeatable)')
     parser.add_argument('--require-alerts', action='store_true',
@@ -442,7 +449,11 @@ def main(argv=None):
 
     rows = []
     skipped = []
+    not_here = 0
     for expr, sources in by_expr.items():
+        if args.only_engine and not reads_engine(expr, args.only_engine):
+            not_here += 1
+            continue
         if args.skip_engine and engine_only(expr, args.skip_engine):
             skipped.append((expr, sources))
             continue
@@ -469,6 +480,11 @@ def main(argv=None):
             ' --skip-engine '.join(args.skip_engine), ' or '.join(ENGINE_PREFIXES[e] for e in args.skip_engine)))
         for expr, sources in skipped:
             print('  - %s\n      reads %s; in %s' % (expr, ', '.join(metric_names(expr)), '; '.join(sources)))
+    if not_here:
+        print('\nnot evaluated (--only-engine %s): %d expressions that read no %s series' % (
+            args.only_engine, not_here, ENGINE_PREFIXES[args.only_engine]))
+    if args.only_engine and not rows:
+        problems.append('no expression reads %s series' % ENGINE_PREFIXES[args.only_engine])
     allowed_rows = [row for row in rows if row[4]]
     if allowed_rows:
         print('\nempty, and allowed:')

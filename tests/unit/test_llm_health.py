@@ -735,11 +735,15 @@ def _task(tasks, prefix):
     raise AssertionError('no task named %r' % prefix)
 
 
-def _metrics_dir_expression():
-    value = _role_yaml('vars', 'main.yml')['_serving_metrics_dir']
+def _vars_expression(name):
+    value = _role_yaml('vars', 'main.yml')[name]
     match = re.match(r'^\{\{\s*(.*?)\s*\}\}$', value)
     assert match, value
     return match.group(1)
+
+
+def _metrics_dir_expression():
+    return _vars_expression('_serving_metrics_dir')
 
 
 def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_env, tmp_path):
@@ -748,8 +752,11 @@ def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_
     settings = _task(instance_tasks, 'Write the health check settings')['vars']['_serving_health_config']
     stop = _task(instance_tasks, "Take out of the proxy's list")['loop']
     prune = _task(_role_yaml('tasks', 'prune_one.yml'), 'Remove the files of')['loop']
-    template = ('{%% set _serving_metrics_dir = %s %%}{%% set serving_prune_name = serving_instance.name %%}%s'
-                % (_metrics_dir_expression(), json.dumps({'settings': settings, 'stop': stop, 'prune': prune})))
+    template = ('{%% set _serving_metrics_dir = %s %%}{%% set _serving_scrape_dir = %s %%}'
+                '{%% set _serving_scrape_file = %s %%}{%% set serving_prune_name = serving_instance.name %%}%s'
+                % (_metrics_dir_expression(), _vars_expression('_serving_scrape_dir'),
+                   _vars_expression('_serving_scrape_file'),
+                   json.dumps({'settings': settings, 'stop': stop, 'prune': prune})))
     server = start_server('--model', 'Qwen/Qwen3-32B')
     port = int(server.url.rsplit(':', 1)[1])
     defaults = _role_yaml('defaults', 'main.yml')
@@ -770,9 +777,11 @@ def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_
     values = metric_values(watch_env.metrics_file.read_text(), dict(PROBE_LABELS, model='Qwen/Qwen3-32B'))
     assert values['llm_engine_probe_success'] == 1 and values['llm_engine_probe_interval_seconds'] == 30
 
-    # Stopping and pruning the instance remove that very file.
+    # Stopping and pruning the instance remove that very file, and its registration for Prometheus.
     assert str(watch_env.metrics_file) in rendered['stop']
     assert str(watch_env.metrics_file) in rendered['prune']
+    scrape_file = '/etc/llm-server/scrape/llm_engine/engine-a.json'
+    assert scrape_file in rendered['stop'] and scrape_file in rendered['prune']
 
 
 def test_role_metrics_dir_defaults_to_node_exporters(render):
