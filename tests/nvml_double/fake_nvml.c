@@ -6,8 +6,11 @@
  * The real Python binding (nvidia-ml-py, module pynvml) loads this library
  * with ctypes exactly as it loads the vendor library. Every answer comes from
  * a JSON fixture named by $FAKE_NVML_FIXTURE (default
- * /etc/fake-nvml/fixture.json), read on the first successful nvmlInit*.
- * The fixture schema is documented in README.md next to this file.
+ * /etc/fake-nvml/fixture.json), read on the first successful nvmlInit*
+ * (and again whenever it changes, with "live": true). What the setters
+ * change is kept in a JSON state file that every process using the double
+ * reads, like the driver's state. The fixture schema is documented in
+ * README.md next to this file.
  *
  * Rules:
  *   - fixture missing/unreadable  -> nvmlInit* returns NVML_ERROR_DRIVER_NOT_LOADED
@@ -18,6 +21,11 @@
  *   - value of the wrong type     -> NVML_ERROR_UNKNOWN (+ stderr diagnostic)
  *   - "errors" map entry          -> that error is returned instead
  *   - "hang_ms" map entry         -> that call sleeps first (a GPU that hangs NVML)
+ *   - "live": true                -> the fixture is read again when it is replaced
+ *                                    (a bad version keeps the previous one)
+ *   - setter called by non-root   -> NVML_ERROR_NO_PERMISSION
+ *   - setter succeeds             -> "state_file" (default /run/fake-nvml/state.json)
+ *                                    holds the change; the getters answer with it
  *
  * Self-contained on purpose (libc only) so it builds anywhere with:
  *   gcc -shared -fPIC -O2 -Wall -Wextra -Werror -o libnvidia-ml.so.1 fake_nvml.c
@@ -25,6 +33,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,12 +41,16 @@
 #include <string.h>
 #include <strings.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
 #define DEFAULT_FIXTURE "/etc/fake-nvml/fixture.json"
+/* under /run, so cleared at boot like a real power limit or clock lock */
+#define DEFAULT_STATE_FILE "/run/fake-nvml/state.json"
 #define MAX_DEVICES 64
 
 /* ------------------------------------------------------------------ */
@@ -50,6 +63,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NO_PERMISSION 4
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
@@ -114,11 +128,19 @@ typedef struct {
 } nvmlTemperature_t;
 #define nvmlTemperature_v1 NVML_STRUCT_VERSION(sizeof(nvmlTemperature_t), 1)
 
+typedef struct {
+    unsigned int version;
+    unsigned int powerScope; /* nvmlPowerScopeType_t: 0 GPU, 1 module, 2 memory */
+    unsigned int powerValueMw;
+} nvmlPowerValue_v2_t;
+#define nvmlPowerValue_v2 NVML_STRUCT_VERSION(sizeof(nvmlPowerValue_v2_t), 2)
+
 /* The struct versions must match what pynvml sends (see pynvml.py). */
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
 _Static_assert(nvmlPciInfoExt_v1 == 0x1000040, "nvmlPciInfoExt_v1");
 _Static_assert(nvmlMemory_v2 == 0x02000028, "nvmlMemory_v2");
 _Static_assert(nvmlTemperature_v1 == 0x100000C, "nvmlTemperature_v1");
+_Static_assert(nvmlPowerValue_v2 == 0x0200000C, "nvmlPowerValue_v2");
 
 typedef struct {
     unsigned int gpu;
@@ -783,10 +805,10 @@ static const struct jv *jpath(const struct jv *obj, const char *path)
 /* Fixture state                                                       */
 /* ------------------------------------------------------------------ */
 
-static struct jv *g_root;
+static struct jv *g_root;                     /* read with root() */
 static unsigned int g_refcount;
-static unsigned int g_ndev;
-static struct fake_device g_dev[MAX_DEVICES];
+static unsigned int g_ndev;                   /* fixed at nvmlInit */
+static struct fake_device g_dev[MAX_DEVICES]; /* handles; json read with dev_json() */
 static char g_fixture_path[4096];
 
 static int lookup_name(const struct named_value *table, const char *s, long long *out)
@@ -874,21 +896,144 @@ static int jv_to_u64(const struct jv *v, unsigned long long *out)
     return 0;
 }
 
-static void free_fixture(void)
+/*
+ * Trees are swapped while other threads answer from the one they hold
+ * (nvmlEventSetWait runs beside queries in the GPU exporter): a new tree is
+ * published with an atomic store and a replaced one is only retired, then
+ * freed by the last nvmlShutdown, when no call can be using it.
+ */
+struct retired {
+    struct retired *next;
+    struct jv *tree;
+    struct fake_state *state;
+};
+
+/* What identifies a version of a file that is replaced by rename. */
+struct file_sig {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    long long mtime_ns;
+};
+
+/* What the setters changed on one GPU (the state file's entry for it). */
+struct dev_state {
+    int has_power_limit;
+    unsigned int power_limit_mw;
+    int has_locked_clocks;
+    unsigned int clocks_min_mhz, clocks_max_mhz;
+};
+
+struct fake_state {
+    struct dev_state dev[MAX_DEVICES];
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* init, shutdown, reloads */
+static struct retired *g_retired;
+static int g_live;                     /* "live": true in the fixture now in use */
+static struct file_sig g_fixture_sig;  /* the fixture version in use */
+static struct fake_state *g_state;     /* read with set_state(); NULL: nothing set */
+static char g_state_path[4096];
+static struct file_sig g_state_sig;    /* the state file version in use */
+
+static const struct jv *root(void)
 {
-    jfree(g_root);
-    g_root = NULL;
-    g_ndev = 0;
-    memset(g_dev, 0, sizeof(g_dev));
+    return __atomic_load_n(&g_root, __ATOMIC_ACQUIRE);
 }
 
-static char *read_file(const char *path, size_t *len)
+static const struct jv *dev_json(const struct fake_device *d)
+{
+    return __atomic_load_n(&d->json, __ATOMIC_ACQUIRE);
+}
+
+static const struct dev_state *set_state(const struct fake_device *d)
+{
+    const struct fake_state *st = __atomic_load_n(&g_state, __ATOMIC_ACQUIRE);
+    return st ? &st->dev[d->index] : NULL;
+}
+
+static void retire(struct jv *tree, struct fake_state *state)
+{
+    struct retired *node;
+    if (!tree && !state)
+        return;
+    node = calloc(1, sizeof(*node));
+    if (!node)
+        return; /* leaked: still safe for a caller holding it */
+    node->tree = tree;
+    node->state = state;
+    node->next = g_retired;
+    g_retired = node;
+}
+
+/* Called with g_lock held. */
+static void free_fixture(void)
+{
+    while (g_retired) {
+        struct retired *next = g_retired->next;
+        jfree(g_retired->tree);
+        free(g_retired->state);
+        free(g_retired);
+        g_retired = next;
+    }
+    jfree(g_root);
+    g_root = NULL;
+    free(g_state);
+    g_state = NULL;
+    g_ndev = 0;
+    g_live = 0;
+    memset(g_dev, 0, sizeof(g_dev));
+    memset(&g_fixture_sig, 0, sizeof(g_fixture_sig));
+    memset(&g_state_sig, 0, sizeof(g_state_sig));
+    g_state_path[0] = '\0';
+}
+
+static void sig_from_stat(const struct stat *st, struct file_sig *sig)
+{
+    memset(sig, 0, sizeof(*sig));
+    sig->exists = 1;
+    sig->dev = st->st_dev;
+    sig->ino = st->st_ino;
+    sig->size = st->st_size;
+    sig->mtime_ns = (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
+
+/* 0 and sig->exists = 0 when the file is missing; -1 on other errors. */
+static int file_sig_get(const char *path, struct file_sig *sig)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        memset(sig, 0, sizeof(*sig));
+        return errno == ENOENT ? 0 : -1;
+    }
+    sig_from_stat(&st, sig);
+    return 0;
+}
+
+static int file_sig_same(const struct file_sig *a, const struct file_sig *b)
+{
+    if (a->exists != b->exists)
+        return 0;
+    return !a->exists || (a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns);
+}
+
+/* The whole file; sig (optional) is that of the version read, not of the path later. */
+static char *read_file(const char *path, size_t *len, struct file_sig *sig)
 {
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
     size_t cap = 0, n = 0;
+    struct stat st;
     if (!f)
         return NULL;
+    if (sig) {
+        if (fstat(fileno(f), &st) != 0) {
+            fclose(f);
+            return NULL;
+        }
+        sig_from_stat(&st, sig);
+    }
     for (;;) {
         size_t got;
         if (n + 4096 + 1 > cap) {
@@ -918,72 +1063,395 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+/*
+ * Reads and checks a fixture (init_error is the caller's business).
+ * note ends each diagnostic: what happens next.
+ */
+static nvmlReturn_t parse_fixture(const char *path, const char *note, int loud, struct jv **out,
+                                  unsigned int *ndev, struct file_sig *sig)
+{
+    char *text;
+    size_t len = 0, i;
+    char err[200];
+    struct jv *tree;
+    const struct jv *devs;
+
+    text = read_file(path, &len, sig);
+    if (!text) {
+        if (loud || getenv("FAKE_NVML_DEBUG"))
+            diag("cannot read fixture %s: %s%s", path, strerror(errno), note);
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    tree = jparse_document(text, len, err, sizeof(err));
+    free(text);
+    if (!tree) {
+        diag("invalid JSON in fixture %s: %s%s", path, err, note);
+        return NVML_ERROR_UNKNOWN;
+    }
+    if (tree->type != J_OBJ) {
+        diag("fixture %s: top level must be a JSON object%s", path, note);
+        jfree(tree);
+        return NVML_ERROR_UNKNOWN;
+    }
+    devs = jget(tree, "devices");
+    if (devs && devs->type != J_ARR) {
+        diag("fixture %s: devices must be a list%s", path, note);
+        jfree(tree);
+        return NVML_ERROR_UNKNOWN;
+    }
+    if (devs && devs->n > MAX_DEVICES) {
+        diag("fixture %s: more than %d devices%s", path, MAX_DEVICES, note);
+        jfree(tree);
+        return NVML_ERROR_UNKNOWN;
+    }
+    for (i = 0; devs && i < devs->n; i++) {
+        if (devs->items[i]->type != J_OBJ) {
+            diag("fixture %s: devices[%zu] must be an object%s", path, i, note);
+            jfree(tree);
+            return NVML_ERROR_UNKNOWN;
+        }
+    }
+    *ndev = devs ? (unsigned int)devs->n : 0;
+    *out = tree;
+    return NVML_SUCCESS;
+}
+
+static int fixture_is_live(const struct jv *tree)
+{
+    long long on = 0;
+    return jv_to_ll(jget(tree, "live"), NULL, &on) && on != 0;
+}
+
+static const char *state_path(const struct jv *tree)
+{
+    const struct jv *v = jget(tree, "state_file");
+    return v && v->type == J_STR && v->str[0] ? v->str : DEFAULT_STATE_FILE;
+}
+
+/* Called with g_lock held. */
 static nvmlReturn_t load_fixture(void)
 {
     const char *path = getenv("FAKE_NVML_FIXTURE");
-    char *text;
-    size_t len = 0;
-    char err[200];
     const struct jv *devs, *init_error;
+    struct jv *tree = NULL;
+    struct file_sig sig;
+    unsigned int ndev = 0, i;
     long long code;
-    size_t i;
+    nvmlReturn_t r;
 
     if (!path || !*path)
         path = DEFAULT_FIXTURE;
     snprintf(g_fixture_path, sizeof(g_fixture_path), "%s", path);
-    text = read_file(path, &len);
-    if (!text) {
-        if (getenv("FAKE_NVML_DEBUG"))
-            diag("cannot read fixture %s: %s", path, strerror(errno));
-        return NVML_ERROR_DRIVER_NOT_LOADED;
-    }
-    g_root = jparse_document(text, len, err, sizeof(err));
-    free(text);
-    if (!g_root) {
-        diag("invalid JSON in fixture %s: %s", path, err);
-        return NVML_ERROR_UNKNOWN;
-    }
-    if (g_root->type != J_OBJ) {
-        diag("fixture %s: top level must be a JSON object", path);
-        free_fixture();
-        return NVML_ERROR_UNKNOWN;
-    }
-    init_error = jget(g_root, "init_error");
+    r = parse_fixture(path, "", 0, &tree, &ndev, &sig);
+    if (r != NVML_SUCCESS)
+        return r;
+    init_error = jget(tree, "init_error");
     if (init_error) {
         if (!jv_to_ll(init_error, error_names, &code)) {
             diag("fixture %s: init_error is not an NVML error name or number", path);
-            free_fixture();
+            jfree(tree);
             return NVML_ERROR_UNKNOWN;
         }
         if (code != NVML_SUCCESS) {
-            free_fixture();
+            jfree(tree);
             return (nvmlReturn_t)code;
         }
     }
-    devs = jget(g_root, "devices");
-    if (devs && devs->type != J_ARR) {
-        diag("fixture %s: devices must be a list", path);
-        free_fixture();
+    devs = jget(tree, "devices");
+    for (i = 0; i < ndev; i++) {
+        g_dev[i].json = devs->items[i];
+        g_dev[i].index = i;
+    }
+    g_ndev = ndev;
+    g_fixture_sig = sig;
+    g_live = fixture_is_live(tree);
+    __atomic_store_n(&g_root, tree, __ATOMIC_RELEASE);
+    return NVML_SUCCESS;
+}
+
+/*
+ * Called with g_lock held: a live fixture that changed on disk is read
+ * again. Handles stay valid: the device list keeps its length and order, each
+ * handle answers from its entry in the new tree.
+ */
+static void reload_fixture(void)
+{
+    static const char keep[] = "; keeping the previous fixture";
+    struct file_sig now, sig;
+    struct jv *tree = NULL;
+    const struct jv *devs;
+    unsigned int ndev = 0, i;
+
+    if (!g_live || file_sig_get(g_fixture_path, &now) != 0 || !now.exists || file_sig_same(&now, &g_fixture_sig))
+        return; /* a rename-over never leaves the path missing; wait for the next version */
+    sig = now;
+    if (parse_fixture(g_fixture_path, keep, 1, &tree, &ndev, &sig) != NVML_SUCCESS) {
+        g_fixture_sig = sig; /* one diagnostic per bad version */
+        return;
+    }
+    g_fixture_sig = sig;
+    if (ndev != g_ndev) {
+        diag("fixture %s: %u devices instead of %u (the device list is fixed at nvmlInit)%s",
+             g_fixture_path, ndev, g_ndev, keep);
+        jfree(tree);
+        return;
+    }
+    devs = jget(tree, "devices");
+    for (i = 0; i < ndev; i++)
+        __atomic_store_n(&g_dev[i].json, devs->items[i], __ATOMIC_RELEASE);
+    retire(g_root, NULL);
+    __atomic_store_n(&g_root, tree, __ATOMIC_RELEASE);
+    g_live = fixture_is_live(tree);
+}
+
+/* ------------------------------------------------------------------ */
+/* State file: what the setters changed, shared by every process       */
+/* ------------------------------------------------------------------ */
+
+static int state_uint(const struct jv *v, unsigned int *out)
+{
+    unsigned long long u;
+    if (!jv_to_u64(v, &u) || u > 0xffffffffULL)
+        return 0;
+    *out = (unsigned int)u;
+    return 1;
+}
+
+/* {"0": {"power_limit_mw": 450000, "locked_clocks_mhz": [210, 1500]}, ...}; -1 when unusable. */
+static int parse_state(const char *text, size_t len, const char *path, struct fake_state *st)
+{
+    char err[200];
+    struct jv *doc = jparse_document(text, len, err, sizeof(err));
+    size_t i;
+
+    memset(st, 0, sizeof(*st));
+    if (!doc) {
+        diag("invalid JSON in state file %s: %s", path, err);
+        return -1;
+    }
+    if (doc->type != J_OBJ) {
+        diag("state file %s: top level must be a JSON object", path);
+        jfree(doc);
+        return -1;
+    }
+    for (i = 0; i < doc->n; i++) {
+        const struct jv *entry = doc->items[i], *v;
+        const char *key = doc->keys[i];
+        struct dev_state *d;
+        char *endp;
+        unsigned long index;
+        errno = 0;
+        index = strtoul(key, &endp, 10);
+        if (errno || !isdigit((unsigned char)key[0]) || *endp || index >= MAX_DEVICES || entry->type != J_OBJ) {
+            diag("state file %s: '%s' is not a GPU index with an object", path, key);
+            continue;
+        }
+        d = &st->dev[index];
+        v = jget(entry, "power_limit_mw");
+        if (v && !(d->has_power_limit = state_uint(v, &d->power_limit_mw)))
+            diag("state file %s: %s.power_limit_mw is not a number of milliwatts", path, key);
+        v = jget(entry, "locked_clocks_mhz");
+        if (v && !(d->has_locked_clocks = v->type == J_ARR && v->n == 2 &&
+                                          state_uint(v->items[0], &d->clocks_min_mhz) &&
+                                          state_uint(v->items[1], &d->clocks_max_mhz)))
+            diag("state file %s: %s.locked_clocks_mhz is not [min, max] in MHz", path, key);
+    }
+    jfree(doc);
+    return 0;
+}
+
+static int write_state(FILE *f, const struct fake_state *st)
+{
+    const char *sep = "";
+    unsigned int i;
+    fputc('{', f);
+    for (i = 0; i < MAX_DEVICES; i++) {
+        const struct dev_state *d = &st->dev[i];
+        if (!d->has_power_limit && !d->has_locked_clocks)
+            continue;
+        fprintf(f, "%s\"%u\": {", sep, i);
+        if (d->has_power_limit)
+            fprintf(f, "\"power_limit_mw\": %u", d->power_limit_mw);
+        if (d->has_locked_clocks)
+            fprintf(f, "%s\"locked_clocks_mhz\": [%u, %u]", d->has_power_limit ? ", " : "",
+                    d->clocks_min_mhz, d->clocks_max_mhz);
+        fputc('}', f);
+        sep = ", ";
+    }
+    fputs("}\n", f);
+    return ferror(f) ? -1 : 0;
+}
+
+/* Called with g_lock held. */
+static void install_state(struct fake_state *st, const struct file_sig *sig)
+{
+    retire(NULL, g_state);
+    __atomic_store_n(&g_state, st, __ATOMIC_RELEASE);
+    g_state_sig = *sig;
+}
+
+/*
+ * Called with g_lock held: the state file is read again when it changed
+ * (another process, or this one, called a setter). A missing file is the
+ * state after boot: nothing set.
+ */
+static void reload_state(void)
+{
+    const char *path = state_path(root());
+    struct file_sig now, sig;
+    struct fake_state *st;
+    char *text;
+    size_t len = 0;
+
+    if (strcmp(path, g_state_path) != 0) { /* first call, or a live fixture named another file */
+        snprintf(g_state_path, sizeof(g_state_path), "%s", path);
+        memset(&g_state_sig, 0, sizeof(g_state_sig));
+        g_state_sig.exists = -1; /* matches no file, missing or not */
+    }
+    if (file_sig_get(path, &now) != 0 || file_sig_same(&now, &g_state_sig))
+        return;
+    sig = now;
+    if (!now.exists || !(text = read_file(path, &len, &sig))) {
+        if (now.exists && errno != ENOENT)
+            diag("cannot read state file %s: %s", path, strerror(errno));
+        memset(&sig, 0, sizeof(sig)); /* gone in between: nothing set */
+        install_state(NULL, &sig);
+        return;
+    }
+    st = malloc(sizeof(*st));
+    if (st && parse_state(text, len, path, st) == 0)
+        install_state(st, &sig);
+    else {
+        free(st);
+        g_state_sig = sig; /* keep what was read before; one diagnostic per bad version */
+    }
+    free(text);
+}
+
+/* Each exported call starts here: picks up a rewritten live fixture or state file. */
+static void refresh(void)
+{
+    pthread_mutex_lock(&g_lock);
+    if (g_refcount > 0) {
+        reload_fixture();
+        reload_state();
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* mkdir -p, new directories 0755 whatever the umask. */
+static int make_dirs(const char *dir)
+{
+    char buf[4096];
+    char *p;
+    snprintf(buf, sizeof(buf), "%s", dir);
+    for (p = buf + 1;; p++) {
+        char c = *p;
+        if (c != '/' && c != '\0')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) == 0)
+            chmod(buf, 0755);
+        else if (errno != EEXIST)
+            return -1;
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
+enum state_op { SET_POWER_LIMIT, LOCK_CLOCKS, RESET_CLOCKS };
+
+/*
+ * Read-modify-write of the state file for one GPU. Processes (and threads)
+ * take turns through a lock on the file's directory (no extra file); the
+ * new version replaces the old by rename, so readers never see half a file.
+ */
+static nvmlReturn_t update_state(unsigned int index, enum state_op op, unsigned int a, unsigned int b)
+{
+    char path[4096], dir[4096], tmp[4200];
+    struct fake_state *st = NULL;
+    struct file_sig sig;
+    char *text, *slash;
+    size_t len = 0;
+    int dfd, fd;
+    FILE *f;
+    nvmlReturn_t r = NVML_ERROR_UNKNOWN;
+
+    pthread_mutex_lock(&g_lock);
+    snprintf(path, sizeof(path), "%s", state_path(root()));
+    pthread_mutex_unlock(&g_lock);
+    snprintf(dir, sizeof(dir), "%s", path);
+    slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        slash[slash == dir ? 1 : 0] = '\0';
+    if (make_dirs(dir) != 0) {
+        diag("cannot create %s for the state file: %s", dir, strerror(errno));
         return NVML_ERROR_UNKNOWN;
     }
-    if (devs) {
-        if (devs->n > MAX_DEVICES) {
-            diag("fixture %s: more than %d devices", path, MAX_DEVICES);
-            free_fixture();
-            return NVML_ERROR_UNKNOWN;
-        }
-        for (i = 0; i < devs->n; i++) {
-            if (devs->items[i]->type != J_OBJ) {
-                diag("fixture %s: devices[%zu] must be an object", path, i);
-                free_fixture();
-                return NVML_ERROR_UNKNOWN;
-            }
-            g_dev[i].json = devs->items[i];
-            g_dev[i].index = (unsigned int)i;
-        }
-        g_ndev = (unsigned int)devs->n;
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        diag("cannot open %s: %s", dir, strerror(errno));
+        return NVML_ERROR_UNKNOWN;
     }
-    return NVML_SUCCESS;
+    while (flock(dfd, LOCK_EX) != 0 && errno == EINTR)
+        ;
+    st = calloc(1, sizeof(*st));
+    if (!st)
+        goto out;
+    text = read_file(path, &len, NULL);
+    if (text) {
+        if (parse_state(text, len, path, st) != 0)
+            memset(st, 0, sizeof(*st)); /* an unusable file is replaced */
+        free(text);
+    }
+    switch (op) {
+    case SET_POWER_LIMIT:
+        st->dev[index].has_power_limit = 1;
+        st->dev[index].power_limit_mw = a;
+        break;
+    case LOCK_CLOCKS:
+        st->dev[index].has_locked_clocks = 1;
+        st->dev[index].clocks_min_mhz = a;
+        st->dev[index].clocks_max_mhz = b;
+        break;
+    case RESET_CLOCKS:
+        st->dev[index].has_locked_clocks = 0;
+        break;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        diag("cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    fchmod(fd, 0644); /* whatever the umask: every process reads it */
+    f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        goto out;
+    }
+    if (write_state(f, st) != 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+        diag("cannot write state file %s: %s", path, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    /* this process sees its change at once, not at its next call */
+    pthread_mutex_lock(&g_lock);
+    if (g_refcount > 0 && strcmp(path, g_state_path) == 0 && file_sig_get(path, &sig) == 0 && sig.exists) {
+        install_state(st, &sig);
+        st = NULL;
+    }
+    pthread_mutex_unlock(&g_lock);
+    r = NVML_SUCCESS;
+out:
+    free(st);
+    flock(dfd, LOCK_UN);
+    close(dfd);
+    return r;
 }
 
 /* A forced error from an "errors" map, looking up each name in turn. */
@@ -1013,13 +1481,6 @@ static int valid_device(nvmlDevice_t d)
     return (p - b) % sizeof(g_dev[0]) == 0;
 }
 
-static nvmlReturn_t system_check(const char *sym, const char *base)
-{
-    if (g_refcount == 0)
-        return NVML_ERROR_UNINITIALIZED;
-    return forced_error(jget(g_root, "errors"), sym, base);
-}
-
 static void sleep_ms(long long ms)
 {
     struct timespec ts;
@@ -1029,23 +1490,32 @@ static void sleep_ms(long long ms)
         ;
 }
 
-/*
- * A device's "hang_ms" map: the named call (or "*", every call of that
- * device) sleeps that long before it answers, as NVML does for a GPU that
- * has fallen off the bus or whose driver is stuck.
- */
-static void maybe_hang(const struct jv *dev_json, const char *sym, const char *base)
+static const struct jv *hang_entry(const struct jv *scope, const char *sym, const char *base)
 {
-    const struct jv *map = jget(dev_json, "hang_ms");
+    const struct jv *map = jget(scope, "hang_ms");
     const struct jv *v;
-    long long ms;
     if (!map)
-        return;
+        return NULL;
     v = jget(map, sym);
     if (!v && base)
         v = jget(map, base);
     if (!v)
         v = jget(map, "*");
+    return v;
+}
+
+/*
+ * A "hang_ms" map: the named call (or "*", every call) sleeps that long
+ * before it answers, as NVML does for a GPU that has fallen off the bus or
+ * whose driver is stuck. The device's map wins over the top-level one
+ * (dev_json NULL: a system call, top level only).
+ */
+static void maybe_hang(const struct jv *dev_json, const char *sym, const char *base)
+{
+    const struct jv *v = dev_json ? hang_entry(dev_json, sym, base) : NULL;
+    long long ms;
+    if (!v)
+        v = hang_entry(root(), sym, base);
     if (!v)
         return;
     if (!jv_to_ll(v, NULL, &ms)) {
@@ -1056,6 +1526,15 @@ static void maybe_hang(const struct jv *dev_json, const char *sym, const char *b
         sleep_ms(ms);
 }
 
+static nvmlReturn_t system_check(const char *sym, const char *base)
+{
+    if (g_refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    refresh();
+    maybe_hang(NULL, sym, base);
+    return forced_error(jget(root(), "errors"), sym, base);
+}
+
 static nvmlReturn_t device_check(nvmlDevice_t d, const char *sym, const char *base)
 {
     nvmlReturn_t r;
@@ -1063,11 +1542,12 @@ static nvmlReturn_t device_check(nvmlDevice_t d, const char *sym, const char *ba
         return NVML_ERROR_UNINITIALIZED;
     if (!valid_device(d))
         return NVML_ERROR_INVALID_ARGUMENT;
-    maybe_hang(d->json, sym, base);
-    r = forced_error(jget(d->json, "errors"), sym, base);
+    refresh();
+    maybe_hang(dev_json(d), sym, base);
+    r = forced_error(jget(dev_json(d), "errors"), sym, base);
     if (r != NVML_SUCCESS)
         return r;
-    return forced_error(jget(g_root, "errors"), sym, base);
+    return forced_error(jget(root(), "errors"), sym, base);
 }
 
 #define SYSTEM_CHECK(sym, base)                     \
@@ -1163,18 +1643,21 @@ static nvmlReturn_t copy_string(const struct jv *scope, const char *path, char *
 
 static nvmlReturn_t do_init(void)
 {
-    nvmlReturn_t r;
+    nvmlReturn_t r = NVML_SUCCESS;
+    pthread_mutex_lock(&g_lock);
     if (g_refcount > 0) {
         g_refcount++;
-        return NVML_SUCCESS;
+    } else {
+        r = load_fixture();
+        if (r == NVML_SUCCESS) {
+            g_refcount = 1;
+            reload_state();
+        } else {
+            free_fixture();
+        }
     }
-    r = load_fixture();
-    if (r != NVML_SUCCESS) {
-        free_fixture();
-        return r;
-    }
-    g_refcount = 1;
-    return NVML_SUCCESS;
+    pthread_mutex_unlock(&g_lock);
+    return r;
 }
 
 EXPORT nvmlReturn_t nvmlInit(void) { return do_init(); }
@@ -1187,11 +1670,14 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 
 EXPORT nvmlReturn_t nvmlShutdown(void)
 {
+    nvmlReturn_t r = NVML_SUCCESS;
+    pthread_mutex_lock(&g_lock);
     if (g_refcount == 0)
-        return NVML_ERROR_UNINITIALIZED;
-    if (--g_refcount == 0)
+        r = NVML_ERROR_UNINITIALIZED;
+    else if (--g_refcount == 0)
         free_fixture();
-    return NVML_SUCCESS;
+    pthread_mutex_unlock(&g_lock);
+    return r;
 }
 
 EXPORT const char *nvmlErrorString(nvmlReturn_t result)
@@ -1239,18 +1725,18 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t result)
 EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     SYSTEM_CHECK("nvmlSystemGetDriverVersion", NULL);
-    return copy_string(g_root, "driver_version", version, length);
+    return copy_string(root(), "driver_version", version, length);
 }
 
 EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {
     SYSTEM_CHECK("nvmlSystemGetNVMLVersion", NULL);
-    return copy_string(g_root, "nvml_version", version, length);
+    return copy_string(root(), "nvml_version", version, length);
 }
 
 static nvmlReturn_t cuda_driver_version(int *v)
 {
-    const struct jv *j = jget(g_root, "cuda_driver_version");
+    const struct jv *j = jget(root(), "cuda_driver_version");
     long long ll;
     unsigned int major, minor;
     if (!v)
@@ -1263,7 +1749,7 @@ static nvmlReturn_t cuda_driver_version(int *v)
         return NVML_SUCCESS;
     }
     if (!jv_to_ll(j, NULL, &ll))
-        return bad_type(g_root, "cuda_driver_version");
+        return bad_type(root(), "cuda_driver_version");
     *v = (int)ll;
     return NVML_SUCCESS;
 }
@@ -1305,15 +1791,21 @@ EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 
 static nvmlReturn_t handle_by_index(const char *sym, unsigned int index, nvmlDevice_t *device)
 {
-    SYSTEM_CHECK(sym, "nvmlDeviceGetHandleByIndex");
+    static const char base[] = "nvmlDeviceGetHandleByIndex";
+    nvmlReturn_t r;
+    if (g_refcount == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    refresh();
+    /* one sleep: the device's hang_ms entry, else the top level's */
+    maybe_hang(index < g_ndev ? dev_json(&g_dev[index]) : NULL, sym, base);
+    r = forced_error(jget(root(), "errors"), sym, base);
+    if (r != NVML_SUCCESS)
+        return r;
     if (!device || index >= g_ndev)
         return NVML_ERROR_INVALID_ARGUMENT;
-    maybe_hang(g_dev[index].json, sym, "nvmlDeviceGetHandleByIndex");
-    {
-        nvmlReturn_t r = forced_error(jget(g_dev[index].json, "errors"), sym, "nvmlDeviceGetHandleByIndex");
-        if (r != NVML_SUCCESS)
-            return r;
-    }
+    r = forced_error(jget(dev_json(&g_dev[index]), "errors"), sym, base);
+    if (r != NVML_SUCCESS)
+        return r;
     *device = &g_dev[index];
     return NVML_SUCCESS;
 }
@@ -1344,25 +1836,25 @@ EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetName", NULL);
-    return copy_string(device->json, "name", name, length);
+    return copy_string(dev_json(device), "name", name, length);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetUUID", NULL);
-    return copy_string(device->json, "uuid", uuid, length);
+    return copy_string(dev_json(device), "uuid", uuid, length);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetSerial", NULL);
-    return copy_string(device->json, "serial", serial, length);
+    return copy_string(dev_json(device), "serial", serial, length);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetArchitecture", NULL);
-    return get_enum(device->json, "architecture", architecture_names, arch);
+    return get_enum(dev_json(device), "architecture", architecture_names, arch);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
@@ -1372,7 +1864,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
     DEVICE_CHECK(device, "nvmlDeviceGetCudaComputeCapability", NULL);
     if (!major || !minor)
         return NVML_ERROR_INVALID_ARGUMENT;
-    cc = jget(device->json, "cuda_compute_capability");
+    cc = jget(dev_json(device), "cuda_compute_capability");
     if (!cc)
         return NVML_ERROR_NOT_SUPPORTED;
     if (cc->type == J_ARR && cc->n == 2 && jv_to_ll(cc->items[0], NULL, &ma) && jv_to_ll(cc->items[1], NULL, &mi)) {
@@ -1385,7 +1877,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
         *minor = (int)mi;
         return NVML_SUCCESS;
     }
-    return bad_type(device->json, "cuda_compute_capability");
+    return bad_type(dev_json(device), "cuda_compute_capability");
 }
 
 /* ------------------------------------------------------------------ */
@@ -1398,7 +1890,7 @@ struct pci_values {
 
 static nvmlReturn_t pci_values(nvmlDevice_t device, struct pci_values *pv)
 {
-    const struct jv *pci = jget(device->json, "pci");
+    const struct jv *pci = jget(dev_json(device), "pci");
     const struct jv *bus_id;
     nvmlReturn_t r;
     unsigned int tmp;
@@ -1409,7 +1901,7 @@ static nvmlReturn_t pci_values(nvmlDevice_t device, struct pci_values *pv)
     if (bus_id) {
         if (bus_id->type != J_STR ||
             sscanf(bus_id->str, "%x:%x:%x.%x", &pv->domain, &pv->bus, &pv->device, &pv->function) != 4)
-            return bad_type(device->json, "pci.bus_id");
+            return bad_type(dev_json(device), "pci.bus_id");
     } else if (!jget(pci, "bus")) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
@@ -1482,31 +1974,31 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t device, nvmlPciInfoExt_
 EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetCurrPcieLinkGeneration", NULL);
-    return get_uint(device->json, "pcie.gen_current", gen);
+    return get_uint(dev_json(device), "pcie.gen_current", gen);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetMaxPcieLinkGeneration", NULL);
-    return get_uint(device->json, "pcie.gen_max", gen);
+    return get_uint(dev_json(device), "pcie.gen_max", gen);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetGpuMaxPcieLinkGeneration", NULL);
-    return get_uint(device->json, "pcie.gen_gpu_max", gen);
+    return get_uint(dev_json(device), "pcie.gen_gpu_max", gen);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetCurrPcieLinkWidth", NULL);
-    return get_uint(device->json, "pcie.width_current", width);
+    return get_uint(dev_json(device), "pcie.width_current", width);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetMaxPcieLinkWidth", NULL);
-    return get_uint(device->json, "pcie.width_max", width);
+    return get_uint(dev_json(device), "pcie.width_max", width);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1519,7 +2011,7 @@ struct mem_values {
 
 static nvmlReturn_t mem_values(nvmlDevice_t device, struct mem_values *mv)
 {
-    const struct jv *mem = jget(device->json, "memory");
+    const struct jv *mem = jget(dev_json(device), "memory");
     nvmlReturn_t r;
     memset(mv, 0, sizeof(*mv));
     if (!mem)
@@ -1592,7 +2084,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Mem
     DEVICE_CHECK(device, "nvmlDeviceGetBAR1MemoryInfo", NULL);
     if (!bar1)
         return NVML_ERROR_INVALID_ARGUMENT;
-    b = jget(device->json, "bar1");
+    b = jget(dev_json(device), "bar1");
     if (!b)
         return NVML_ERROR_NOT_SUPPORTED;
     r = get_u64(b, "total", &total);
@@ -1623,7 +2115,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int s
     DEVICE_CHECK(device, "nvmlDeviceGetTemperature", NULL);
     if (sensorType != 0 || !temp)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return get_uint(device->json, "temperature.gpu", temp);
+    return get_uint(dev_json(device), "temperature.gpu", temp);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
@@ -1637,7 +2129,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperatu
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (temperature->sensorType != 0)
         return NVML_ERROR_INVALID_ARGUMENT;
-    r = get_uint(device->json, "temperature.gpu", &t);
+    r = get_uint(dev_json(device), "temperature.gpu", &t);
     if (r == NVML_SUCCESS)
         temperature->temperature = (int)t;
     return r;
@@ -1654,25 +2146,38 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, unsig
     DEVICE_CHECK(device, "nvmlDeviceGetTemperatureThreshold", NULL);
     if (thresholdType >= sizeof(keys) / sizeof(keys[0]) || !temp)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return get_uint(device->json, keys[thresholdType], temp);
+    return get_uint(dev_json(device), keys[thresholdType], temp);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetPowerUsage", NULL);
-    return get_uint(device->json, "power.usage_mw", power);
+    return get_uint(dev_json(device), "power.usage_mw", power);
+}
+
+/* A limit set with nvmlDeviceSetPowerManagementLimit wins over the fixture's. */
+static nvmlReturn_t power_limit(nvmlDevice_t device, const char *key, unsigned int *limit)
+{
+    const struct dev_state *s = set_state(device);
+    if (!limit)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (s && s->has_power_limit) {
+        *limit = s->power_limit_mw;
+        return NVML_SUCCESS;
+    }
+    return get_uint(dev_json(device), key, limit);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetPowerManagementLimit", NULL);
-    return get_uint(device->json, "power.limit_mw", limit);
+    return power_limit(device, "power.limit_mw", limit);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *limit)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetPowerManagementDefaultLimit", NULL);
-    return get_uint(device->json, "power.default_limit_mw", limit);
+    return get_uint(dev_json(device), "power.default_limit_mw", limit);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *minLimit,
@@ -1683,10 +2188,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t de
     DEVICE_CHECK(device, "nvmlDeviceGetPowerManagementLimitConstraints", NULL);
     if (!minLimit || !maxLimit)
         return NVML_ERROR_INVALID_ARGUMENT;
-    r = get_uint(device->json, "power.min_limit_mw", &lo);
+    r = get_uint(dev_json(device), "power.min_limit_mw", &lo);
     if (r != NVML_SUCCESS)
         return r;
-    r = get_uint(device->json, "power.max_limit_mw", &hi);
+    r = get_uint(dev_json(device), "power.max_limit_mw", &hi);
     if (r != NVML_SUCCESS)
         return r;
     *minLimit = lo;
@@ -1697,7 +2202,44 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t de
 EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetEnforcedPowerLimit", NULL);
-    return get_uint(device->json, "power.enforced_limit_mw", limit);
+    return power_limit(device, "power.enforced_limit_mw", limit);
+}
+
+/* NVML's checks in NVML's order: the device can do it, the arguments, then the kernel's permission check. */
+static nvmlReturn_t set_power_limit(nvmlDevice_t device, unsigned int limit)
+{
+    unsigned int lo = 0, hi = 0;
+    nvmlReturn_t r = get_uint(dev_json(device), "power.min_limit_mw", &lo);
+    if (r != NVML_SUCCESS)
+        return r;
+    r = get_uint(dev_json(device), "power.max_limit_mw", &hi);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (limit < lo || limit > hi)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (geteuid() != 0)
+        return NVML_ERROR_NO_PERMISSION;
+    return update_state(device->index, SET_POWER_LIMIT, limit, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit)
+{
+    DEVICE_CHECK(device, "nvmlDeviceSetPowerManagementLimit", NULL);
+    return set_power_limit(device, limit);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceSetPowerManagementLimit_v2(nvmlDevice_t device, nvmlPowerValue_v2_t *powerValue)
+{
+    DEVICE_CHECK(device, "nvmlDeviceSetPowerManagementLimit_v2", "nvmlDeviceSetPowerManagementLimit");
+    if (!powerValue)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (powerValue->version != nvmlPowerValue_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (powerValue->powerScope >= 4) /* NVML_POWER_SCOPE_COUNT */
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (powerValue->powerScope != 0) /* only the GPU's own limit is modelled */
+        return NVML_ERROR_NOT_SUPPORTED;
+    return set_power_limit(device, powerValue->powerValueMw);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1707,13 +2249,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigne
 EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, unsigned int *mode)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetPersistenceMode", NULL);
-    return get_enum(device->json, "persistence_mode", enable_state_names, mode);
+    return get_enum(dev_json(device), "persistence_mode", enable_state_names, mode);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetComputeMode", NULL);
-    return get_enum(device->json, "compute_mode", compute_mode_names, mode);
+    return get_enum(dev_json(device), "compute_mode", compute_mode_names, mode);
 }
 
 static nvmlReturn_t current_pending(nvmlDevice_t device, const char *key, unsigned int *current,
@@ -1724,14 +2266,14 @@ static nvmlReturn_t current_pending(nvmlDevice_t device, const char *key, unsign
     nvmlReturn_t r;
     if (!current || !pending)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (!jget(device->json, key))
+    if (!jget(dev_json(device), key))
         return NVML_ERROR_NOT_SUPPORTED;
     snprintf(path, sizeof(path), "%s.current", key);
-    r = get_enum(device->json, path, enable_state_names, &c);
+    r = get_enum(dev_json(device), path, enable_state_names, &c);
     if (r != NVML_SUCCESS)
         return r;
     snprintf(path, sizeof(path), "%s.pending", key);
-    r = get_enum(device->json, path, enable_state_names, &p);
+    r = get_enum(dev_json(device), path, enable_state_names, &p);
     if (r == NVML_ERROR_NOT_SUPPORTED)
         p = c; /* nothing pending: same as current */
     else if (r != NVML_SUCCESS)
@@ -1757,39 +2299,118 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
 /* Clocks                                                              */
 /* ------------------------------------------------------------------ */
 
+static const char *const clock_keys[] = {"clocks.graphics", "clocks.sm", "clocks.mem", "clocks.video"};
+static const char *const max_clock_keys[] = {"clocks.max_graphics", "clocks.max_sm", "clocks.max_mem",
+                                             "clocks.max_video"};
+
+/* Locked clocks cap graphics (0) and SM (1), as nvmlDeviceSetGpuLockedClocks does. */
+static nvmlReturn_t current_clock(nvmlDevice_t device, unsigned int type, unsigned int *clock)
+{
+    const struct dev_state *s = set_state(device);
+    nvmlReturn_t r = get_uint(dev_json(device), clock_keys[type], clock);
+    if (r == NVML_SUCCESS && type <= 1 && s && s->has_locked_clocks && *clock > s->clocks_max_mhz)
+        *clock = s->clocks_max_mhz;
+    return r;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
 {
-    static const char *const keys[] = {"clocks.graphics", "clocks.sm", "clocks.mem", "clocks.video"};
     DEVICE_CHECK(device, "nvmlDeviceGetClockInfo", NULL);
     if (type >= 4 || !clock)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return get_uint(device->json, keys[type], clock);
+    return current_clock(device, type, clock);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type, unsigned int *clock)
 {
-    static const char *const keys[] = {"clocks.max_graphics", "clocks.max_sm", "clocks.max_mem",
-                                       "clocks.max_video"};
     DEVICE_CHECK(device, "nvmlDeviceGetMaxClockInfo", NULL);
     if (type >= 4 || !clock)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return get_uint(device->json, keys[type], clock);
+    return get_uint(dev_json(device), max_clock_keys[type], clock);
+}
+
+/* clockId: 0 current, 1 applications target, 2 applications default, 3 customer boost maximum */
+EXPORT nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, unsigned int clockType, unsigned int clockId,
+                                       unsigned int *clockMHz)
+{
+    DEVICE_CHECK(device, "nvmlDeviceGetClock", NULL);
+    if (clockType >= 4 || clockId >= 4 || !clockMHz)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (clockId == 0)
+        return current_clock(device, clockType, clockMHz);
+    if (clockId == 3)
+        return get_uint(dev_json(device), max_clock_keys[clockType], clockMHz);
+    return NVML_ERROR_NOT_SUPPORTED; /* applications clocks are not modelled */
+}
+
+#define CLOCKS_EVENT_REASON_APPLICATIONS_CLOCKS_SETTING 0x2ULL
+#define CLOCKS_EVENT_REASON_SW_POWER_CAP 0x4ULL
+
+/* The fixture's mask, plus what the setters cause: locked clocks, a limit below the default. */
+static nvmlReturn_t clocks_event_reasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    const struct dev_state *s = set_state(device);
+    unsigned int def = 0;
+    nvmlReturn_t r;
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    r = get_u64(dev_json(device), "clocks_event_reasons", reasons);
+    if (r != NVML_SUCCESS || !s)
+        return r;
+    if (s->has_locked_clocks)
+        *reasons |= CLOCKS_EVENT_REASON_APPLICATIONS_CLOCKS_SETTING;
+    if (s->has_power_limit &&
+        (get_uint(dev_json(device), "power.default_limit_mw", &def) == NVML_SUCCESS ||
+         get_uint(dev_json(device), "power.limit_mw", &def) == NVML_SUCCESS) &&
+        s->power_limit_mw < def)
+        *reasons |= CLOCKS_EVENT_REASON_SW_POWER_CAP;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetCurrentClocksEventReasons", NULL);
-    if (!reasons)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    return get_u64(device->json, "clocks_event_reasons", reasons);
+    return clocks_event_reasons(device, reasons);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetCurrentClocksThrottleReasons", NULL);
-    if (!reasons)
+    return clocks_event_reasons(device, reasons);
+}
+
+/* Same order of checks as the power limit: a device without clock control, arguments, permission. */
+static nvmlReturn_t clock_control(nvmlDevice_t device)
+{
+    unsigned int top = 0;
+    return get_uint(dev_json(device), "clocks.max_graphics", &top);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned int minGpuClockMHz,
+                                                 unsigned int maxGpuClockMHz)
+{
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceSetGpuLockedClocks", NULL);
+    r = clock_control(device);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (minGpuClockMHz > maxGpuClockMHz)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return get_u64(device->json, "clocks_event_reasons", reasons);
+    if (geteuid() != 0)
+        return NVML_ERROR_NO_PERMISSION;
+    return update_state(device->index, LOCK_CLOCKS, minGpuClockMHz, maxGpuClockMHz);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device)
+{
+    nvmlReturn_t r;
+    DEVICE_CHECK(device, "nvmlDeviceResetGpuLockedClocks", NULL);
+    r = clock_control(device);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (geteuid() != 0)
+        return NVML_ERROR_NO_PERMISSION;
+    return update_state(device->index, RESET_CLOCKS, 0, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1798,7 +2419,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t devic
 
 static const struct jv *find_link(unsigned int a, unsigned int b)
 {
-    const struct jv *topo = jget(g_root, "topology");
+    const struct jv *topo = jget(root(), "topology");
     size_t i;
     if (!topo || topo->type != J_ARR)
         return NULL;
@@ -1877,10 +2498,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
     DEVICE_CHECK(device, "nvmlDeviceGetUtilizationRates", NULL);
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
-    r = get_uint(device->json, "utilization.gpu", &gpu);
+    r = get_uint(dev_json(device), "utilization.gpu", &gpu);
     if (r != NVML_SUCCESS)
         return r;
-    r = get_uint(device->json, "utilization.memory", &mem);
+    r = get_uint(dev_json(device), "utilization.memory", &mem);
     if (r != NVML_SUCCESS)
         return r;
     utilization->gpu = gpu;
@@ -1898,7 +2519,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned in
     if (errorType > 1 || counterType > 1 || !eccCounts)
         return NVML_ERROR_INVALID_ARGUMENT;
     snprintf(path, sizeof(path), "ecc_errors.%s.%s", kinds[errorType], counters[counterType]);
-    return get_u64(device->json, path, eccCounts);
+    return get_u64(dev_json(device), path, eccCounts);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
@@ -1911,7 +2532,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int 
     DEVICE_CHECK(device, "nvmlDeviceGetRemappedRows", NULL);
     if (!corrRows || !uncRows || !isPending || !failureOccurred)
         return NVML_ERROR_INVALID_ARGUMENT;
-    rows = jget(device->json, "remapped_rows");
+    rows = jget(dev_json(device), "remapped_rows");
     if (!rows)
         return NVML_ERROR_NOT_SUPPORTED;
     for (i = 0; i < 4; i++) {
@@ -1931,7 +2552,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int 
 EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value)
 {
     DEVICE_CHECK(device, "nvmlDeviceGetPcieReplayCounter", NULL);
-    return get_uint(device->json, "pcie.replay_counter", value);
+    return get_uint(dev_json(device), "pcie.replay_counter", value);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1976,7 +2597,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCoun
     DEVICE_CHECK(device, "nvmlDeviceGetFieldValues", NULL);
     if (valuesCount < 0 || (valuesCount > 0 && !values))
         return NVML_ERROR_INVALID_ARGUMENT;
-    map = jget(device->json, "field_values");
+    map = jget(dev_json(device), "field_values");
     for (i = 0; i < valuesCount; i++) {
         nvmlFieldValue_t *fv = &values[i];
         const struct jv *v = field_value_entry(map, fv->fieldId);
@@ -2000,7 +2621,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCoun
             continue;
         }
         if (!jv_to_u64(v, &u)) {
-            fv->nvmlReturn = bad_type(device->json, "field_values");
+            fv->nvmlReturn = bad_type(dev_json(device), "field_values");
             continue;
         }
         fv->nvmlReturn = NVML_SUCCESS;
@@ -2026,26 +2647,27 @@ struct fake_event_set {
     struct timespec since[MAX_DEVICES];  /* when the device registered for XIDs */
     size_t delivered[MAX_DEVICES];       /* xid_events entries delivered */
     long long file_offset[MAX_DEVICES];  /* bytes of xid_events_file consumed */
+    char *file_path[MAX_DEVICES];        /* the xid_events_file that offset is in */
 };
 typedef struct fake_event_set *nvmlEventSet_t;
 
 static nvmlReturn_t supported_events(nvmlDevice_t device, unsigned long long *mask)
 {
-    const struct jv *v = jget(device->json, "supported_events");
+    const struct jv *v = jget(dev_json(device), "supported_events");
     long long bit;
     size_t i;
     if (!v)
         return NVML_ERROR_NOT_SUPPORTED;
     if (v->type != J_ARR) {
         if (!jv_to_ll(v, event_type_names, &bit))
-            return bad_type(device->json, "supported_events");
+            return bad_type(dev_json(device), "supported_events");
         *mask = (unsigned long long)bit;
         return NVML_SUCCESS;
     }
     *mask = 0;
     for (i = 0; i < v->n; i++) {
         if (!jv_to_ll(v->items[i], event_type_names, &bit))
-            return bad_type(device->json, "supported_events");
+            return bad_type(dev_json(device), "supported_events");
         *mask |= (unsigned long long)bit;
     }
     return NVML_SUCCESS;
@@ -2102,22 +2724,34 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long 
     i = device->index;
     pthread_mutex_lock(&set->lock);
     if ((eventTypes & NVML_EVENT_TYPE_XID_CRITICAL_ERROR) && !(set->mask[i] & NVML_EVENT_TYPE_XID_CRITICAL_ERROR)) {
-        const char *path = xid_events_file(device->json);
+        const char *path = xid_events_file(dev_json(device));
         /* like NVML, a new registration sees only what happens from now on */
         clock_gettime(CLOCK_MONOTONIC, &set->since[i]);
         set->delivered[i] = 0;
         set->file_offset[i] = path ? file_size(path) : 0;
+        free(set->file_path[i]);
+        set->file_path[i] = path ? strdup(path) : NULL;
     }
     set->mask[i] |= eventTypes;
     pthread_mutex_unlock(&set->lock);
     return NVML_SUCCESS;
 }
 
-/* The next XID due for device i: the fixture's list first, then new lines of the file. */
+/*
+ * The next XID due for device i: the fixture's list first, then new lines
+ * of the file. What was delivered survives a live reload; a reload that
+ * names another file has that file read from its start.
+ */
 static int next_xid(struct fake_event_set *s, unsigned int i, unsigned long long *xid)
 {
-    const struct jv *list = jget(g_dev[i].json, "xid_events");
-    const char *path = xid_events_file(g_dev[i].json);
+    const struct jv *json = dev_json(&g_dev[i]);
+    const struct jv *list = jget(json, "xid_events");
+    const char *path = xid_events_file(json);
+    if (path ? !s->file_path[i] || strcmp(path, s->file_path[i]) != 0 : s->file_path[i] != NULL) {
+        free(s->file_path[i]);
+        s->file_path[i] = path ? strdup(path) : NULL;
+        s->file_offset[i] = 0;
+    }
     if (list && list->type == J_ARR && s->delivered[i] < list->n) {
         const struct jv *item = list->items[s->delivered[i]];
         long long x = -1, after = 0;
@@ -2215,10 +2849,13 @@ EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, 
 
 EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
+    unsigned int i;
     if (!set || set->magic != EVENT_SET_MAGIC)
         return NVML_ERROR_INVALID_ARGUMENT;
     set->magic = 0;
     pthread_mutex_destroy(&set->lock);
+    for (i = 0; i < MAX_DEVICES; i++)
+        free(set->file_path[i]);
     free(set);
     return NVML_SUCCESS;
 }

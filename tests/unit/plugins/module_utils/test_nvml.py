@@ -350,7 +350,8 @@ def test_double_fixture_schema_of_shipped_fixtures():
         with open(nvml_fixture(name)) as handle:
             data = json.load(handle)
         assert set(data) <= {'description', 'init_error', 'driver_version', 'nvml_version',
-                             'cuda_driver_version', 'devices', 'topology', 'errors'}, name
+                             'cuda_driver_version', 'devices', 'topology', 'errors', 'hang_ms', 'live',
+                             'state_file'}, name
         assert data['description'], name
 
 

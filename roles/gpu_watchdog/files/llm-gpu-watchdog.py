@@ -1,0 +1,157 @@
+# Copyright: homelab.llm_server contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""llm-gpu-watchdog: acts on GPU heat and XID errors through NVML and systemd.
+
+usage: llm-gpu-watchdog.py [--config FILE] run          the daemon (a systemd service)
+       llm-gpu-watchdog.py [--config FILE] once         one round, then exit (0 when NVML answered)
+       llm-gpu-watchdog.py [--config FILE] check        check the configuration and exit
+       llm-gpu-watchdog.py [--config FILE] status       print the heat steps, held engines, GPUs to look at
+       llm-gpu-watchdog.py [--config FILE] release [GPU]
+                                                        a person fixed GPU (or all): the running
+                                                        daemon restores its limits and starts what
+                                                        it holds stopped on it
+
+The configuration is the JSON the gpu_watchdog role writes (default
+/etc/llm-server/watchdog.json; keys in _watchdog_daemon.DEFAULTS). The
+decisions live in module_utils/_watchdog.py, the loop in
+module_utils/_watchdog_daemon.py; NVML is read by the GPU exporter's worker
+(module_utils/_gpu_metrics.py) in a child process, and each NVML setting is
+made by a child process of its own (this file with --set), so a GPU that
+hangs NVML cannot hang the watchdog. On the GPU host these modules are
+installed next to this file; in a checkout they are found in the collection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+try:  # installed: the role puts the modules next to this file
+    import _gpu_metrics
+    import _watchdog_daemon
+except ImportError:  # a checkout of the collection (tests)
+    from ansible_collections.homelab.llm_server.plugins.module_utils import _gpu_metrics, _watchdog_daemon
+
+DEFAULT_CONFIG = '/etc/llm-server/watchdog.json'
+
+
+def log(message):
+    sys.stderr.write('llm-gpu-watchdog: %s\n' % message)
+    sys.stderr.flush()
+
+
+def this_program():
+    return [sys.executable, os.path.abspath(__file__)]
+
+
+def internal(argv):
+    """The child processes: --worker (NVML reads and XID events), --set (one NVML setting)."""
+    parser = argparse.ArgumentParser(prog='llm-gpu-watchdog (internal)')
+    parser.add_argument('--worker', action='store_true')
+    parser.add_argument('--skip-gpus', default='')
+    parser.add_argument('--event-wait-ms', type=int, default=_gpu_metrics.DEFAULT_EVENT_WAIT_MS)
+    parser.add_argument('--set', choices=_watchdog_daemon.SET_KINDS)
+    parser.add_argument('--gpu', type=int)
+    parser.add_argument('--uuid')
+    parser.add_argument('--value', type=float)
+    args = parser.parse_args(argv)
+    if args.worker:
+        skip = tuple(int(part) for part in args.skip_gpus.split(',') if part.strip())
+        rc = _gpu_metrics.worker_main(event_wait_ms=args.event_wait_ms, skip=skip)
+        sys.stdout.flush()
+        os._exit(rc)  # the XID watcher may sit in nvmlEventSetWait
+    return _watchdog_daemon.set_main(_gpu_metrics.pynvml, args.set, args.gpu, args.uuid, args.value)
+
+
+def read_config(path):
+    try:
+        with open(path, encoding='utf-8') as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as err:
+        raise _watchdog_daemon.ConfigError('%s: %s' % (path, err)) from None
+    return _watchdog_daemon.load_config(data)
+
+
+def make_watchdog(config):
+    supervisor = _gpu_metrics.Supervisor(this_program() + ['--worker'], timeout=config['nvml_timeout_s'],
+                                         quarantine=config['quarantine_s'], log=log)
+    actuator = _watchdog_daemon.Actuator(config, this_program())
+    return supervisor, _watchdog_daemon.Watchdog(config, supervisor, actuator, log)
+
+
+def run(config, once=False):
+    supervisor, watchdog = make_watchdog(config)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log('watching %s; %s%s' % (
+        'GPU heat and XIDs every %g s' % config['interval_s'],
+        'DRY RUN: nothing is changed; ' if config['dry_run'] else '',
+        'reboots allowed (%d a day)' % config['reboots_per_day'] if config['allow_reboot'] else 'no reboots'))
+    supervisor.start()
+    last_error = ''
+    try:
+        while True:
+            started = time.monotonic()
+            snapshot = watchdog.tick()
+            error = snapshot.get('error') or ''
+            if error != last_error:  # once per change, not every round
+                log('NVML: %s' % (error or 'every GPU read again'))
+                last_error = error
+            try:
+                watchdog.write_metrics()
+            except OSError as err:
+                log('metrics not written: %s' % err)
+            if once:
+                return 0 if snapshot.get('success') else 1
+            if stop.wait(max(0.0, config['interval_s'] - (time.monotonic() - started))):
+                return 0
+    finally:
+        supervisor.close()
+
+
+def status(config):
+    run_dir = config['run_dir']
+    report = {name: _watchdog_daemon.read_json(os.path.join(run_dir, name + '.json'), {})
+              for name in ('heat', 'held', 'attention')}
+    report['reboots'] = _watchdog_daemon.read_json(os.path.join(config['state_dir'], 'reboots.json'), {})
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ('--worker', '--set'):
+        return internal(argv)
+    parser = argparse.ArgumentParser(description='Acts on GPU heat and XID errors through NVML and systemd.')
+    parser.add_argument('--config', default=DEFAULT_CONFIG, help='the JSON configuration (default %(default)s)')
+    parser.add_argument('command', nargs='?', default='run', choices=('run', 'once', 'check', 'status', 'release'))
+    parser.add_argument('gpu', nargs='?', type=int, help='release: the GPU (NVML index); all when left out')
+    args = parser.parse_args(argv)
+    try:
+        config = read_config(args.config)
+    except _watchdog_daemon.ConfigError as err:
+        log('configuration: %s' % err)
+        return 2
+    if args.command == 'check':
+        print('configuration OK')
+        return 0
+    if args.command == 'status':
+        return status(config)
+    if args.command == 'release':
+        what = 'every GPU' if args.gpu is None else 'GPU %d' % args.gpu
+        if _watchdog_daemon.request_release(config, args.gpu):
+            log('%s released: limits restored and held engines started (see the journal)' % what)
+            return 0
+        log('%s: the watchdog did not take the request in time: is llm-gpu-watchdog.service running?' % what)
+        return 1
+    return run(config, once=args.command == 'once')
+
+
+if __name__ == '__main__':
+    sys.exit(main())
