@@ -7,6 +7,7 @@ import contextlib
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +19,24 @@ def percentile(values, pct):
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def build_nvml_double(out):
+    """Compile the NVML test double (tests/nvml_double/fake_nvml.c) into out/libnvidia-ml.so.1."""
+    compiler = shutil.which('gcc') or shutil.which('cc')
+    if not compiler:
+        sys.exit('gcc is needed to build the NVML double')
+    subprocess.run([compiler, '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror',
+                    '-o', os.path.join(out, 'libnvidia-ml.so.1'), str(ROOT / 'tests/nvml_double/fake_nvml.c')],
+                   check=True)
+
+
+def collection_root(out):
+    """A directory for PYTHONPATH in which ansible_collections.homelab.llm_server is this checkout."""
+    namespace = os.path.join(out, 'ansible_collections', 'homelab')
+    os.makedirs(namespace)
+    os.symlink(str(ROOT), os.path.join(namespace, 'llm_server'))
+    return out
 
 
 def machine_line():

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -35,28 +34,12 @@ import tempfile
 import time
 import urllib.request
 
-from _harness import ROOT, machine_line, percentile
+from _harness import ROOT, build_nvml_double as build_double, collection_root, machine_line, percentile
 
 EXPORTER = ROOT / 'roles' / 'gpu_exporter' / 'files' / 'llm-gpu-exporter.py'
 FIXTURES = ROOT / 'tests' / 'nvml_double' / 'fixtures'
 REPORT = ROOT / 'build' / 'bench-reports' / 'gpu-exporter-scrape.json'
 TICKS = os.sysconf('SC_CLK_TCK')
-
-
-def build_double(out):
-    compiler = shutil.which('gcc') or shutil.which('cc')
-    if not compiler:
-        sys.exit('gcc is needed to build the NVML double')
-    subprocess.run([compiler, '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror',
-                    '-o', os.path.join(out, 'libnvidia-ml.so.1'), str(ROOT / 'tests/nvml_double/fake_nvml.c')],
-                   check=True)
-
-
-def collection_root(out):
-    namespace = os.path.join(out, 'ansible_collections', 'homelab')
-    os.makedirs(namespace)
-    os.symlink(str(ROOT), os.path.join(namespace, 'llm_server'))
-    return out
 
 
 def free_port():

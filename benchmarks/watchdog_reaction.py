@@ -35,28 +35,12 @@ import sys
 import tempfile
 import time
 
-from _harness import ROOT, machine_line, percentile
+from _harness import ROOT, build_nvml_double as build_double, collection_root, machine_line, percentile
 
 PROGRAM = ROOT / 'roles' / 'gpu_watchdog' / 'files' / 'llm-gpu-watchdog.py'
 FIXTURE = ROOT / 'tests' / 'nvml_double' / 'fixtures' / 'watchdog_dual_rtx_pro_6000.json'
 SET_FIXTURE = ROOT / 'tests' / 'nvml_double' / 'set_fixture.py'
 REPORT = ROOT / 'build' / 'bench-reports' / 'watchdog-reaction.json'
-
-
-def build_double(out):
-    compiler = shutil.which('gcc') or shutil.which('cc')
-    if not compiler:
-        sys.exit('gcc is needed to build the NVML double')
-    subprocess.run([compiler, '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror',
-                    '-o', os.path.join(out, 'libnvidia-ml.so.1'), str(ROOT / 'tests/nvml_double/fake_nvml.c')],
-                   check=True)
-
-
-def collection_root(out):
-    namespace = os.path.join(out, 'ansible_collections', 'homelab')
-    os.makedirs(namespace)
-    os.symlink(str(ROOT), os.path.join(namespace, 'llm_server'))
-    return out
 
 
 class Host(object):

@@ -12,7 +12,7 @@ every --hold condition must keep holding. Conditions:
 
   json:FILE:PATH=VALUE   the JSON file's value at the dotted PATH equals VALUE (JSON)
   json:FILE:PATH=        the JSON file has nothing at PATH
-  unit:NAME=STATE        systemd's ActiveState of NAME (active, inactive, ...)
+  unit:NAME=STATE        systemd's ActiveState of NAME (active, inactive, ...; a|b for either)
   text:FILE~REGEX        the file's text matches REGEX (multi-line)
 
 Prints one JSON line: {"seconds": time from the change to the conditions
@@ -66,7 +66,7 @@ def holds(condition):
         name, _sep, state = rest.partition('=')
         out = subprocess.run(['systemctl', 'show', '-p', 'ActiveState', '--value', name],
                              stdout=subprocess.PIPE, universal_newlines=True, check=False).stdout.strip()
-        return out == state
+        return out in state.split('|')
     if kind == 'text':
         path, _sep, pattern = rest.partition('~')
         try:
