@@ -390,6 +390,7 @@ class Watchdog(object):
         self.restart_budgets = {}
         self.xid_seen = {}  # index -> {xid: count handled}
         self.kernel_log = KernelLog(config['kernel_log']) if config['kernel_log'] else None
+        self._kernel_log_error = None
         self._heat_path = os.path.join(config['run_dir'], 'heat.json')
         self._held_path = os.path.join(config['run_dir'], 'held.json')
         self._attention_path = os.path.join(config['run_dir'], 'attention.json')
@@ -548,6 +549,9 @@ class Watchdog(object):
             index = by_bus.get(bus)
             if index is not None:
                 self.handle_xid(now, index, xid, engines.get(index, []), 'the kernel log')
+        if self.kernel_log.error != self._kernel_log_error:  # once per change, not every round
+            self.log('kernel log: %s' % (self.kernel_log.error or 'read again'))
+            self._kernel_log_error = self.kernel_log.error
 
     def handle_xid(self, now, gpu, xid, engines, source):
         decision = self.xid_policy.decide(now, gpu, xid, self.recovery_actions.get(gpu))
@@ -613,8 +617,12 @@ class Watchdog(object):
     def _heat(self, now, index, message, engines):
         facts = message.get('facts') or {}
         policy = self.heat.get(index)
+        config = self._heat_config(index, facts.get('uuid'))
         if policy is None:
-            policy = self.heat[index] = _watchdog.HeatPolicy(self._heat_config(index, facts.get('uuid')), gpu=index)
+            policy = self.heat[index] = _watchdog.HeatPolicy(config, gpu=index)
+        # A policy loaded from /run knew only the index: a setting keyed by the
+        # GPU's UUID applies from the first reading on.
+        policy.config = config
         reading = _watchdog.HeatReading.from_facts(facts)
         for action in policy.step(now, reading):
             self._heat_action(index, facts.get('uuid'), action, engines)
@@ -667,6 +675,15 @@ class Watchdog(object):
         directory = self.config['metrics_dir']
         if directory:
             write_atomic(os.path.join(directory, METRICS_FILE), self.metrics.render())
+
+    def forget_metrics(self):
+        """At start: the file a previous run left says nothing of this one (whoever waits for a first round)."""
+        directory = self.config['metrics_dir']
+        if directory:
+            try:
+                os.unlink(os.path.join(directory, METRICS_FILE))
+            except FileNotFoundError:
+                pass
 
 
 def request_release(config, gpu, wait_s=None, poll_s=0.2):

@@ -93,6 +93,10 @@ def run(config, once=False):
         'GPU heat and XIDs every %g s' % config['interval_s'],
         'DRY RUN: nothing is changed; ' if config['dry_run'] else '',
         'reboots allowed (%d a day)' % config['reboots_per_day'] if config['allow_reboot'] else 'no reboots'))
+    try:
+        watchdog.forget_metrics()
+    except OSError as err:
+        log('old metrics not removed: %s' % err)
     supervisor.start()
     last_error = ''
     try:

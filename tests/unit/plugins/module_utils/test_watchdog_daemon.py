@@ -332,3 +332,25 @@ def test_request_release_times_out_without_a_daemon(tmp_path):
     config = daemon.load_config({'run_dir': str(tmp_path), 'interval_s': 0.1, 'nvml_timeout_s': 0.1})
     assert daemon.request_release(config, 1, wait_s=0.3, poll_s=0.05) is False
     assert (tmp_path / 'release' / '1').exists()
+
+
+def test_per_gpu_settings_by_uuid_apply_after_a_restart(setup):
+    watchdog, supervisor, actuator, clock, lines = setup(heat_per_gpu={'GPU-bbbb': {'warn_c': 70}})
+    supervisor.temps[1] = 72.0
+    watchdog.tick()
+    assert actuator.calls == [('nvml', 'power_limit', 1, 'GPU-bbbb', 480.0)]
+    # The next daemon loads GPU 1's state from /run by index, then reads its UUID.
+    again, supervisor2, actuator2, clock2, _lines = setup(heat_per_gpu={'GPU-bbbb': {'warn_c': 70}})
+    supervisor2.temps[1] = 72.0
+    again.tick()
+    assert again.heat[1].thresholds().warn_c == 70
+    assert actuator2.calls == []
+
+
+def test_an_unreadable_kernel_log_is_said_once(setup):
+    watchdog, supervisor, actuator, clock, lines = setup(kernel_log=str(setup.tmp / 'missing.log'))
+    supervisor.events[1] = 'not_supported'
+    watchdog.tick()
+    watchdog.tick()
+    said = [line for line in lines if line.startswith('kernel log: ')]
+    assert len(said) == 1 and 'missing.log' in said[0]
