@@ -51,11 +51,32 @@ def prometheus_alert_names(rule_files):
     return sorted({rule['alert'] for rule in _alert_rules(rule_files)})
 
 
+def _wait_in_words(seconds):
+    """How an alert's text says a wait: "5 minutes", "1 hour", "90 seconds", "a moment" for none."""
+    if not seconds:
+        return 'a moment'
+    if seconds % 3600 == 0:
+        count, unit = seconds // 3600, 'hour'
+    elif seconds % 60 == 0:
+        count, unit = seconds // 60, 'minute'
+    else:
+        count, unit = seconds, 'second'
+    return '%g %s%s' % (count, unit, '' if count == 1 else 's')
+
+
+def _say_new_wait(annotations, old_seconds, new_seconds):
+    """Annotations whose mentions of the old wait ("For 5 minutes ...") name the new one."""
+    said = re.compile(r'(?<![\d.])%s\b' % re.escape(_wait_in_words(old_seconds)))
+    return {key: said.sub(_wait_in_words(new_seconds), value) if isinstance(value, str) else value
+            for key, value in annotations.items()}
+
+
 def prometheus_rules_for(rule_file, overrides):
     """A copy of a rule file (as loaded from YAML) whose alerts named in ``overrides`` get that ``for``.
 
     Every rule under an alert name gets it (the warning and the critical rule
-    of one condition alike); "0s" removes the wait.
+    of one condition alike); "0s" removes the wait. A description that names
+    the old wait ("for 5 minutes") names the new one.
     """
     if not isinstance(overrides, dict):
         raise AnsibleFilterError('prometheus_rules_for: expects a dict of alert name to duration, got %s'
@@ -64,10 +85,14 @@ def prometheus_rules_for(rule_file, overrides):
     for rule in _alert_rules([result]):
         if rule['alert'] in overrides:
             duration = str(overrides[rule['alert']])
-            if prometheus_duration_seconds(duration) in (None, 0):
+            old_seconds = prometheus_duration_seconds(str(rule.get('for', '0')))
+            new_seconds = prometheus_duration_seconds(duration)
+            if new_seconds in (None, 0):
                 rule.pop('for', None)
             else:
                 rule['for'] = duration
+            if old_seconds and new_seconds is not None and rule.get('annotations'):
+                rule['annotations'] = _say_new_wait(rule['annotations'], old_seconds, new_seconds)
     return result
 
 

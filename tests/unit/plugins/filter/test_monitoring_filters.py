@@ -56,12 +56,37 @@ def test_for_overrides_every_rule_of_the_name_and_only_those(render):
     for old, new in zip(before, after):
         if old.get('alert') == 'LLMGpuHot':
             assert new['for'] == '30s'
-            assert {key: value for key, value in new.items() if key != 'for'} == \
-                {key: value for key, value in old.items() if key != 'for'}
+            assert {key: value for key, value in new.items() if key not in ('for', 'annotations')} == \
+                {key: value for key, value in old.items() if key not in ('for', 'annotations')}
+            assert new['annotations']['summary'] == old['annotations']['summary']
         else:
             assert new == old
     # The input is left as it was.
     assert original == yaml.safe_load(open(path))
+
+
+def test_the_description_names_the_new_wait(render):
+    path = next(path for path in RULE_FILES if path.endswith('llm-engines.rules.yml'))
+    original = yaml.safe_load(open(path))
+    changed = render("{{ rules | homelab.llm_server.prometheus_rules_for({'LLMEngineDown': '90s', "
+                     "'LLMEngineProbeFailing': '1h', 'LLMEngineKVCacheFull': '0s'}) }}", rules=original)['value']
+    rules = {rule['alert']: rule for group in changed['groups'] for rule in group['rules'] if 'alert' in rule}
+    old = {rule['alert']: rule for group in original['groups'] for rule in group['rules'] if 'alert' in rule}
+    assert 'for 5 minutes' in old['LLMEngineDown']['annotations']['description']
+    assert 'for 90 seconds' in rules['LLMEngineDown']['annotations']['description']
+    assert '2 minutes' in old['LLMEngineProbeFailing']['annotations']['description']
+    assert '1 hour' in rules['LLMEngineProbeFailing']['annotations']['description']
+    assert '2 minutes' not in rules['LLMEngineProbeFailing']['annotations']['description']
+    assert 'a moment' in rules['LLMEngineKVCacheFull']['annotations']['description']
+
+
+def test_only_the_wait_is_renamed_not_other_figures(render):
+    rules = {'groups': [{'name': 'g', 'rules': [{
+        'alert': 'A', 'expr': 'x < 600', 'for': '15m',
+        'annotations': {'description': 'less than 10 minutes of battery for 15 minutes (115 minutes, 1.15 minutes)'}}]}]}
+    changed = render("{{ rules | homelab.llm_server.prometheus_rules_for({'A': '1h30m'}) }}", rules=rules)['value']
+    assert changed['groups'][0]['rules'][0]['annotations']['description'] == \
+        'less than 10 minutes of battery for 90 minutes (115 minutes, 1.15 minutes)'
 
 
 def test_zero_wait_removes_for(render):
