@@ -18,12 +18,14 @@ SOURCE_VARIABLES = {
     'ssh_allow_from': 'firewall_ssh_allow_from',
     'proxy_protocol_sources': 'firewall_proxy_protocol_sources',
     'monitoring_sources': 'firewall_monitoring_sources',
+    'ups_sources': 'firewall_ups_sources',
 }
 PORT_VARIABLES = {
     'ssh_port': 'firewall_ssh_port',
     'web_ports': 'firewall_web_ports',
     'proxy_protocol_ports': 'firewall_proxy_protocol_ports',
     'monitoring_ports': 'firewall_monitoring_ports',
+    'ups_port': 'firewall_ups_port',
 }
 
 
@@ -66,8 +68,8 @@ def firewall_errors(settings):
 
     ``settings``: role ('home' or 'vps'), ssh_port, lan_subnets, ssh_allow_from,
     tunnel_subnet ('' without a tunnel), web_ports, proxy_protocol_ports,
-    proxy_protocol_sources, monitoring_ports, monitoring_sources,
-    wireguard_port (VPS), rollback_after_s, and controller_address: the
+    proxy_protocol_sources, monitoring_ports, monitoring_sources, ups_port,
+    ups_sources (NUT's upsd for machines that follow the UPS), wireguard_port (VPS), rollback_after_s, and controller_address: the
     address the host sees this controller's SSH connection come from ('' when
     the connection is not over the network).
     """

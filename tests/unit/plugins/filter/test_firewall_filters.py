@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import yaml
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 RULES_TEMPLATE = os.path.join(REPO_ROOT, 'roles', 'firewall', 'templates', 'rules.nft.j2')
@@ -15,7 +16,8 @@ RULES_TEMPLATE = os.path.join(REPO_ROOT, 'roles', 'firewall', 'templates', 'rule
 HOME = {'role': 'home', 'ssh_port': 22, 'ssh_allow_from': [], 'lan_subnets': ['192.168.1.0/24'],
         'tunnel_subnet': '10.77.0.0/24', 'web_ports': [80, 443], 'proxy_protocol_ports': [8081, 8443],
         'proxy_protocol_sources': ['10.77.0.1'], 'monitoring_ports': [9090, 9100],
-        'monitoring_sources': ['10.77.0.0/24'], 'wireguard_port': 51820, 'rollback_after_s': 45,
+        'monitoring_sources': ['10.77.0.0/24'], 'ups_port': 3493, 'ups_sources': [],
+        'wireguard_port': 51820, 'rollback_after_s': 45,
         'controller_address': '192.168.1.20'}
 VPS = dict(HOME, role='vps', lan_subnets=[], ssh_allow_from=[], proxy_protocol_ports=[],
            proxy_protocol_sources=[], controller_address='203.0.113.9')
@@ -45,6 +47,8 @@ def test_good_settings_have_no_errors(render):
     (VPS, {'wireguard_port': 70000}, "firewall_wireguard_port '70000' is not a UDP port"),
     (HOME, {'rollback_after_s': 5}, "firewall_rollback_after_s '5' must be 10 to 600 seconds"),
     (HOME, {'role': 'edge'}, "firewall_host_role 'edge' must be home or vps"),
+    (HOME, {'ups_port': 9090}, 'firewall_monitoring_ports and firewall_ups_port both open TCP port 9090'),
+    (HOME, {'ups_sources': ['nas.lan']}, "firewall_ups_sources entry 'nas.lan' is not an address"),
 ])
 def test_mistakes_are_named(render, base, change, expected):
     found = errors(render, base, **change)
@@ -73,6 +77,7 @@ def _rules(render, **variables):
         'firewall_proxy_protocol_ports': [8081, 8443], 'firewall_proxy_protocol_sources': ['10.77.0.1'],
         'firewall_monitoring_ports': [9090, 9100], 'firewall_monitoring_sources': ['10.77.0.0/24'],
         'firewall_extra_rules': [], 'firewall_block_forwarding': False,
+        'firewall_ups_port': 3493, 'firewall_ups_sources': [],
     }
     defaults.update(variables)
     with open(RULES_TEMPLATE, encoding='utf-8') as handle:
@@ -116,3 +121,24 @@ def test_vps_without_allow_list_takes_ssh_from_anywhere(render, nft_check):
 def test_a_misspelt_extra_rule_is_refused_by_nft(render, nft_check):
     check = nft_check(_rules(render, firewall_extra_rules=['tcp dport 8080 acept']))
     assert check.returncode != 0 and 'syntax error' in check.stderr
+
+
+def test_upsd_is_closed_unless_it_has_followers(render, nft_check):
+    assert '3493' not in _rules(render)
+    ruleset = _rules(render, firewall_ups_sources=['192.168.1.0/24', 'fd00:1::/64'])
+    assert 'ip saddr { 192.168.1.0/24 } tcp dport 3493 accept comment "the UPS for its followers"' in ruleset
+    assert 'ip6 saddr { fd00:1::/64 } tcp dport 3493 accept' in ruleset
+    assert nft_check(ruleset).returncode == 0
+
+
+@pytest.mark.parametrize('variables, expected', [
+    ({}, []),
+    ({'ups_netserver': True}, ['192.168.1.0/24']),
+    ({'ups_netserver': True, 'ups_enabled': False}, []),
+    ({'ups_netserver': True, 'firewall_host_role': 'vps'}, []),
+])
+def test_upsd_opens_to_the_lan_with_the_ups_roles_netserver(render, variables, expected):
+    with open(os.path.join(REPO_ROOT, 'roles', 'firewall', 'vars', 'main.yml'), encoding='utf-8') as handle:
+        expression = yaml.safe_load(handle)['_firewall_default_ups_sources']
+    values = dict({'firewall_host_role': 'home', '_firewall_lan': ['192.168.1.0/24']}, **variables)
+    assert render(expression, **values)['value'] == expected
