@@ -28,7 +28,12 @@ exporter's HTTP process never loads NVML:
   the GPU it was stuck on: the next worker (started at once, or once the old
   one has exited) leaves that GPU alone for ``quarantine`` seconds, so one
   hung GPU does not blind the exporter to the others; after the quarantine a
-  new worker tries that GPU again;
+  probe, a process of its own that reads that GPU once (``--probe-gpu``),
+  tries it while the worker goes on reading the others: only a probe that
+  reads it within the start-up limit lets a new worker take it back, and a
+  probe that hangs or fails starts another quarantine. So a GPU that is still
+  lost never blinds the others again (a new worker that hung at start-up on it
+  would leave every GPU unread for the start-up limit);
 - a process stuck inside the driver cannot be killed until the driver lets
   go; at most MAX_STUCK_WORKERS such processes are left behind, after that
   no worker is started until one exits, and scrapes answer at once with
@@ -78,7 +83,7 @@ STARTUP_LIMIT_S = 30.0
 # A worker that exited on its own (NVML would not initialise) is started again
 # at most this often.
 RESPAWN_INTERVAL_S = 5.0
-# A GPU on which NVML hung is left alone this long, then tried again.
+# A GPU on which NVML hung is left alone this long, then tried again by a probe.
 DEFAULT_QUARANTINE_S = 300.0
 # Workers killed after a timeout that may still sit in the driver before no
 # new worker is started: each further one would likely hang the same way.
@@ -399,11 +404,36 @@ def _serve_scrape(channel, request_id, recorder, skip):
     channel.send({'type': 'done', 'id': request_id, 'error': None})
 
 
-def worker_main(stdin=None, stdout=None, event_wait_ms=DEFAULT_EVENT_WAIT_MS, skip=()):
+def probe_main(position, stdout=None):
+    """A quarantined GPU tried once: initialise NVML and read that GPU as a scrape would, then exit.
+
+    Prints {'type': 'probe', 'position', 'error'} (error None when it was
+    read); exits 0 only then. No XID registration: the worker keeps those.
+    """
+    channel = _Channel(stdout or sys.stdout)
+    if pynvml is None:
+        channel.send({'type': 'probe', 'position': position, 'error': 'nvidia-ml-py is not installed'})
+        return 2
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(position)
+    except pynvml.NVMLError as err:
+        channel.send({'type': 'probe', 'position': position, 'error': error_name(err.value)})
+        return 1
+    read_gpu(handle, position, install_recorder())
+    channel.send({'type': 'probe', 'position': position, 'error': None})
+    return 0
+
+
+def worker_main(stdin=None, stdout=None, event_wait_ms=DEFAULT_EVENT_WAIT_MS, skip=(), probe=None):
     """The NVML worker: initialise, register for XIDs, then answer scrape requests until stdin closes.
 
     skip: positions (NVML indexes) of GPUs not to touch at all (quarantined).
+    probe: a position to read once instead (probe_main), for the Supervisor's
+    probe of a quarantined GPU.
     """
+    if probe is not None:
+        return probe_main(probe, stdout)
     skip = frozenset(skip)
     stdin = stdin or sys.stdin
     channel = _Channel(stdout or sys.stdout)
@@ -504,8 +534,11 @@ class Supervisor(object):
         self.known_gpus = {}   # index -> identity
         self.events = {}       # index -> None (XID events registered) or the error
         self.xids = {}         # index -> {'uuid', 'name', 'counts': {xid: n}}
-        self.quarantine = {}   # position -> monotonic time it ends
+        self.quarantine = {}   # position -> monotonic time it ends (then a probe tries it)
         self.timeouts = 0
+        self.probe_failures = 0
+        self._probes = {}      # position -> the probe's process (None while it starts)
+        self._stuck_probes = 0
 
     # -- worker life -----------------------------------------------------------
 
@@ -518,15 +551,78 @@ class Supervisor(object):
         with self._cond:
             self._closed = True
             worker, self._worker = self._worker, None
+            probes = [proc for proc in self._probes.values() if proc is not None]
         if worker is not None:
             self._kill(worker)
+        for proc in probes:
+            try:
+                proc.kill()
+            except OSError:
+                pass
 
     def _quarantined(self):
+        """The GPUs the worker leaves alone: until a probe has read them again, not until a time."""
+        with self._cond:
+            return frozenset(self.quarantine)
+
+    def _start_due_probes(self):
+        """A probe for each GPU whose quarantine has run out and that no probe is trying now."""
         now = time.monotonic()
         with self._cond:
-            for position in [p for p, until in self.quarantine.items() if until <= now]:
-                del self.quarantine[position]
-            return frozenset(self.quarantine)
+            if self._closed:
+                return
+            due = [p for p, until in self.quarantine.items() if until <= now and p not in self._probes]
+            for position in due:
+                self._probes[position] = None
+        for position in due:
+            thread = threading.Thread(target=self._probe, args=(position,), name='gpu-probe-%d' % position)
+            thread.daemon = True
+            thread.start()
+
+    def _probe(self, position):
+        """Read a quarantined GPU in a process of its own, within the start-up limit."""
+        error = None
+        try:
+            proc = subprocess.Popen(self.command + ['--probe-gpu', str(position)], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, env=self.env, close_fds=True, universal_newlines=True)
+        except OSError as err:
+            proc, error = None, 'could not start a probe: %s' % err
+        if proc is not None:
+            with self._cond:
+                self._probes[position] = proc
+            try:
+                output, _ = proc.communicate(timeout=self.startup_limit)
+            except subprocess.TimeoutExpired:
+                error = 'NVML did not answer within %.0f s' % self.startup_limit
+                proc.kill()
+                try:
+                    proc.wait(timeout=0.05)
+                except subprocess.TimeoutExpired:
+                    with self._cond:
+                        self._stuck_probes += 1
+                    proc.wait()  # as long as the driver holds it; no other probe of this GPU meanwhile
+                    with self._cond:
+                        self._stuck_probes -= 1
+            else:
+                answers = []
+                for line in output.splitlines():
+                    try:
+                        answers.append(json.loads(line))
+                    except ValueError:
+                        pass
+                if proc.returncode != 0 or not answers:
+                    error = (answers[-1].get('error') if answers else None) or 'the probe exited %s' % proc.returncode
+        with self._cond:
+            del self._probes[position]
+            if error is None:
+                self.quarantine.pop(position, None)  # the next scrape hands it to a new worker
+            else:
+                self.probe_failures += 1
+                self.quarantine[position] = time.monotonic() + self.quarantine_s
+        if error is None:
+            self.log('GPU %d answered NVML again: a new worker reads it' % position)
+        else:
+            self.log('GPU %d tried again: %s; leaving it alone for %.0f s more' % (position, error, self.quarantine_s))
 
     def _spawn(self):
         skip = self._quarantined()
@@ -687,15 +783,17 @@ class Supervisor(object):
                 system=dict(self.system), known_gpus=dict(self.known_gpus), events=dict(self.events),
                 xids={index: {'uuid': entry.get('uuid'), 'name': entry.get('name'),
                               'counts': dict(entry['counts'])} for index, entry in self.xids.items()},
-                timeouts=self.timeouts, restarts=max(0, self._spawns - 1), stuck_workers=len(self._stuck))
+                timeouts=self.timeouts, restarts=max(0, self._spawns - 1), probe_failures=self.probe_failures,
+                stuck_workers=len(self._stuck) + self._stuck_probes)
         snapshot['duration'] = time.monotonic() - start
         return snapshot
 
     def _scrape_locked(self, snapshot, deadline):
+        self._start_due_probes()
         with self._cond:
             worker, stuck = self._worker, len(self._stuck)
         if worker is not None and worker.alive and worker.skip - self._quarantined():
-            self._retire(worker)  # a quarantine ended: a new worker tries that GPU again
+            self._retire(worker)  # a probe read a quarantined GPU: a new worker takes it back
             worker = None
         if worker is None or not worker.alive:
             if stuck >= self.max_stuck:
@@ -940,8 +1038,11 @@ def build_families(snapshot):
          snapshot.get('timeouts', 0)),
         ('llm_gpu_exporter_worker_restarts_total', 'counter', 'NVML worker processes started after the first.',
          snapshot.get('restarts', 0)),
+        ('llm_gpu_exporter_probe_failures_total', 'counter',
+         'Tries of a GPU left alone after a hang (a probe process of their own) that hung or failed again.',
+         snapshot.get('probe_failures', 0)),
         ('llm_gpu_exporter_stuck_workers', 'gauge',
-         'NVML workers killed after a timeout that have not exited yet (stuck in the driver).',
+         'NVML workers and probes killed after a timeout that have not exited yet (stuck in the driver).',
          snapshot.get('stuck_workers', 0)),
     )
     result = [family for family in families.order if family.samples]

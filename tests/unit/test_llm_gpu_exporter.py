@@ -285,16 +285,49 @@ def test_hung_call_is_bounded_and_the_other_gpu_still_read(start_exporter, tmp_p
     assert 'leaving GPU 1 alone' in exporter.stderr()
 
 
-def test_quarantine_ends_and_the_gpu_is_tried_again(start_exporter, tmp_path):
+def test_quarantine_ends_with_a_probe_that_never_blinds_the_other_gpu(start_exporter, tmp_path):
+    """After the quarantine a probe process tries the lost GPU while the worker reads the other.
+
+    Still hung: the probe is killed at the start-up limit and the GPU left
+    alone again, and no scrape waited or missed GPU 0 meanwhile. Answering
+    again: a new worker takes it back.
+    """
     def edit(data):
+        data['live'] = True
         data['devices'][1]['hang_ms'] = {'nvmlDeviceGetPowerUsage': 60000}
-    exporter = start_exporter(custom_fixture(tmp_path, edit), '--timeout', '1', '--quarantine', '1')
+    fixture = custom_fixture(tmp_path, edit)
+    exporter = start_exporter(fixture, '--timeout', '1', '--quarantine', '1', '--startup-limit', '2')
     assert exporter.scrape().value('llm_gpu_exporter_scrape_timeouts_total') == 1
     time.sleep(1.2)
-    again = exporter.scrape()
-    assert again.seconds < 1 + 1.0
-    assert again.value('llm_gpu_exporter_scrape_timeouts_total') == 2, 'GPU 1 was tried again, and hung again'
-    assert again.value('llm_gpu_up', gpu=0) == 1
+    deadline = time.monotonic() + 10
+    while True:
+        scrape = exporter.scrape()
+        assert scrape.seconds < 0.9, 'a scrape waited %.2f s while the probe ran' % scrape.seconds
+        assert scrape.value('llm_gpu_up', gpu=0) == 1 and scrape.value('llm_gpu_up', gpu=1) == 0
+        assert scrape.value('llm_gpu_exporter_scrape_timeouts_total') == 1
+        if scrape.value('llm_gpu_exporter_probe_failures_total') == 1:
+            break
+        assert time.monotonic() < deadline, exporter.stderr()
+        time.sleep(0.2)
+    assert 'GPU 1 tried again: NVML did not answer within 2 s' in exporter.stderr()
+    # The GPU answers again: the next probe reads it and a new worker takes it back.
+    data = json.loads(open(fixture).read())
+    del data['devices'][1]['hang_ms']
+    with open(fixture + '.new', 'w') as handle:
+        handle.write(json.dumps(data))
+    os.replace(fixture + '.new', fixture)
+    deadline = time.monotonic() + 10
+    while True:
+        scrape = exporter.scrape()
+        if scrape.value('llm_gpu_up', gpu=1) == 1:
+            break
+        assert scrape.value('llm_gpu_up', gpu=0) == 1
+        assert time.monotonic() < deadline, exporter.stderr()
+        time.sleep(0.2)
+    assert scrape.value('llm_gpu_exporter_scrape_success') == 1
+    assert scrape.value('llm_gpu_exporter_scrape_timeouts_total') == 1
+    assert scrape.value('llm_gpu_exporter_probe_failures_total') == 1
+    assert 'GPU 1 answered NVML again' in exporter.stderr()
 
 
 def test_nvml_that_does_not_initialise(start_exporter):

@@ -64,6 +64,9 @@ def parse_args(argv):
                         help='seconds a scrape may wait for NVML (default %(default)s)')
     parser.add_argument('--quarantine', type=positive, default=_gpu_metrics.DEFAULT_QUARANTINE_S,
                         help='seconds a GPU on which NVML hung is left alone (default %(default)s)')
+    parser.add_argument('--startup-limit', type=positive, default=_gpu_metrics.STARTUP_LIMIT_S,
+                        help='seconds a worker may take to start, and a probe of a GPU left alone to read it '
+                             '(nvmlInit is slow without persistence mode; default %(default)s)')
     parser.add_argument('--event-wait-ms', type=int, default=_gpu_metrics.DEFAULT_EVENT_WAIT_MS,
                         help='timeout of each nvmlEventSetWait in the XID watcher (default %(default)s)')
     parser.add_argument('--preinitialised-xids', type=number_list,
@@ -72,6 +75,7 @@ def parse_args(argv):
     parser.add_argument('--once', action='store_true', help='print one scrape and exit')
     parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
     parser.add_argument('--skip-gpus', type=number_list, default=(), help=argparse.SUPPRESS)
+    parser.add_argument('--probe-gpu', type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -115,7 +119,7 @@ def worker_command():
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.worker:
-        rc = _gpu_metrics.worker_main(event_wait_ms=args.event_wait_ms, skip=args.skip_gpus)
+        rc = _gpu_metrics.worker_main(event_wait_ms=args.event_wait_ms, skip=args.skip_gpus, probe=args.probe_gpu)
         sys.stdout.flush()
         os._exit(rc)  # the XID watcher may sit in nvmlEventSetWait
     logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s', stream=sys.stderr)
@@ -126,6 +130,7 @@ def main(argv=None):
         return 2
     command = worker_command() + ['--event-wait-ms', str(args.event_wait_ms)]
     supervisor = _gpu_metrics.Supervisor(command, timeout=args.timeout, quarantine=args.quarantine,
+                                         startup_limit=args.startup_limit,
                                          preinitialised_xids=args.preinitialised_xids, log=LOG.warning)
     collector = GpuCollector(supervisor)
     registry = CollectorRegistry(auto_describe=False)

@@ -54,6 +54,7 @@ def internal(argv):
     parser = argparse.ArgumentParser(prog='llm-gpu-watchdog (internal)')
     parser.add_argument('--worker', action='store_true')
     parser.add_argument('--skip-gpus', default='')
+    parser.add_argument('--probe-gpu', type=int, default=None)
     parser.add_argument('--event-wait-ms', type=int, default=_gpu_metrics.DEFAULT_EVENT_WAIT_MS)
     parser.add_argument('--set', choices=_watchdog_daemon.SET_KINDS)
     parser.add_argument('--gpu', type=int)
@@ -62,7 +63,7 @@ def internal(argv):
     args = parser.parse_args(argv)
     if args.worker:
         skip = tuple(int(part) for part in args.skip_gpus.split(',') if part.strip())
-        rc = _gpu_metrics.worker_main(event_wait_ms=args.event_wait_ms, skip=skip)
+        rc = _gpu_metrics.worker_main(event_wait_ms=args.event_wait_ms, skip=skip, probe=args.probe_gpu)
         sys.stdout.flush()
         os._exit(rc)  # the XID watcher may sit in nvmlEventSetWait
     return _watchdog_daemon.set_main(_gpu_metrics.pynvml, args.set, args.gpu, args.uuid, args.value)
