@@ -591,7 +591,7 @@ class Supervisor(object):
             with self._cond:
                 self._probes[position] = proc
             try:
-                output, _ = proc.communicate(timeout=self.startup_limit)
+                output = proc.communicate(timeout=self.startup_limit)[0]
             except subprocess.TimeoutExpired:
                 error = 'NVML did not answer within %.0f s' % self.startup_limit
                 proc.kill()

@@ -1,4 +1,6 @@
-#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a machine that follows this UPS does first: log in to upsd over the network.
 
 Speaks NUT's network protocol the way a secondary upsmon does (USERNAME,
