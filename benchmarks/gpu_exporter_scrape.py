@@ -17,6 +17,7 @@ cost (two processes, JSON between them, prometheus_client's exposition); on a
 real GPU NVML's own time per call adds to them.
 
   python3 benchmarks/gpu_exporter_scrape.py [--scrapes 500] [--fixture NAME ...] [--target-ms 50]
+  python3 benchmarks/gpu_exporter_scrape.py --real     # on a GPU host: the driver's own NVML
 
 Writes build/bench-reports/gpu-exporter-scrape.json; exits 1 when a p95 of
 the HTTP scrape is over the target (50 ms for two GPUs, issue 12).
@@ -40,6 +41,7 @@ EXPORTER = ROOT / 'roles' / 'gpu_exporter' / 'files' / 'llm-gpu-exporter.py'
 FIXTURES = ROOT / 'tests' / 'nvml_double' / 'fixtures'
 REPORT = ROOT / 'build' / 'bench-reports' / 'gpu-exporter-scrape.json'
 TICKS = os.sysconf('SC_CLK_TCK')
+REAL = 'real NVML'
 
 
 def free_port():
@@ -87,7 +89,8 @@ def scrape(url):
 
 def measure(fixture, scrapes, warmup, env):
     port = free_port()
-    env = dict(env, FAKE_NVML_FIXTURE=str(FIXTURES / (fixture + '.json')))
+    if fixture != REAL:
+        env = dict(env, FAKE_NVML_FIXTURE=str(FIXTURES / (fixture + '.json')))
     proc = subprocess.Popen([sys.executable, str(EXPORTER), '--port', str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = 'http://127.0.0.1:%d/metrics' % port
@@ -131,16 +134,21 @@ def main():
     parser.add_argument('--fixture', action='append',
                         help='fixture name in tests/nvml_double/fixtures (default: the two-GPU ones)')
     parser.add_argument('--target-ms', type=float, default=50.0)
+    parser.add_argument('--real', action='store_true',
+                        help="scrape this host's GPUs through the driver's libnvidia-ml instead of the double")
     opts = parser.parse_args()
-    fixtures = opts.fixture or ['target_dual_rtx_pro_6000', 'dual_gpu_partial_support']
+    fixtures = [REAL] if opts.real else opts.fixture or ['target_dual_rtx_pro_6000', 'dual_gpu_partial_support']
     with tempfile.TemporaryDirectory() as tmp:
-        build_double(tmp)
         env = {k: v for k, v in os.environ.items() if k not in ('LD_PRELOAD', 'FAKE_NVML_FIXTURE')}
-        env.update(LD_LIBRARY_PATH=tmp, PYTHONPATH=collection_root(os.path.join(tmp, 'coll')))
+        if not opts.real:
+            build_double(tmp)
+            env.update(LD_LIBRARY_PATH=tmp)
+        env.update(PYTHONPATH=os.pathsep.join(filter(None, [collection_root(os.path.join(tmp, 'coll')),
+                                                            env.get('PYTHONPATH')])))
         results = [measure(name, opts.scrapes, opts.warmup, env) for name in fixtures]
     print(machine_line())
     print()
-    print('| fixture (2 GPUs) | scrapes | lines | HTTP p50 | p95 | max | exporter p50 | p95 | max | CPU/scrape |')
+    print('| fixture | scrapes | lines | HTTP p50 | p95 | max | exporter p50 | p95 | max | CPU/scrape |')
     print('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
     over = False
     for r in results:
