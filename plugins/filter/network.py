@@ -23,10 +23,24 @@ def not_ip_networks(values):
     return [value for value in values if not _is_network(value)]
 
 
+def public_addresses(values):
+    """The entries of ``values`` that reach beyond this host's own networks: every address (0.0.0.0, ::) or a
+    globally routable one. Private, loopback, link-local and shared (100.64.0.0/10) addresses are not public."""
+    if not isinstance(values, (list, tuple)):
+        raise AnsibleFilterError('public_addresses: expects a list, got %s' % type(values).__name__)
+    found = []
+    for value in values:
+        ip = _addresses.address(value) if isinstance(value, str) else None
+        if ip is not None and (ip.is_unspecified or ip.is_global):
+            found.append(value)
+    return found
+
+
 class FilterModule(object):
     """Address filters."""
 
     def filters(self):
         return {
             'not_ip_networks': not_ip_networks,
+            'public_addresses': public_addresses,
         }

@@ -92,7 +92,7 @@ MAX_STUCK_WORKERS = 2
 # XIDs whose counter exists at 0 from the start on every GPU that reports
 # events, so that increase() sees their first occurrence (a series that
 # appears with the value 1 has no increase): the XIDs of
-# shared/OPERATIONS-NOTES.md's action table and nvidia_gpu_exporter's
+# the GPU watchdog's XID table (docs/runbooks/gpu-watchdog.md) and nvidia_gpu_exporter's
 # critical list. Any other XID gets its series when it first happens.
 PREINITIALISED_XIDS = (13, 31, 43, 45, 48, 62, 63, 64, 74, 79, 94, 95, 109, 119, 120, 154)
 

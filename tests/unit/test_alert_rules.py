@@ -52,7 +52,9 @@ SEVERITIES = ('critical', 'warning')
 # Labels that may differ between the warning and the critical of one pair
 # by design: XID 79 (critical) silences XID 94 (warning) on the same GPU.
 PAIR_DETAIL_LABELS = frozenset(('severity', 'xid'))
-# Series that no longer exist (shared/OPERATIONS-NOTES.md), and counters whose
+# Series that no longer exist (vLLM #29330 removed vllm:gpu_cache_usage_perc and hid
+# time_per_output_token_seconds; llama-server's tools/server/README.md no
+# longer lists kv_cache_usage_ratio), and counters whose
 # exposed name ends in _total: a rule using the bare name matches nothing.
 RETIRED = (
     (re.compile(r'vllm:gpu_cache_usage_perc'), 'removed: use vllm:kv_cache_usage_perc'),

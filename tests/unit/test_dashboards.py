@@ -61,7 +61,7 @@ DASHBOARD_UID = 'llm-server-overview'
 EXTERNAL_METRICS = frozenset((
     # Prometheus itself: the up series of each scrape, and the alerts of the rules.
     'up', 'ALERTS', 'ALERTS_FOR_STATE',
-    # vLLM 0.32's /metrics (vllm-project/vllm docs/design/metrics.md; shared/OPERATIONS-NOTES.md).
+    # vLLM 0.32's /metrics (vllm-project/vllm docs/design/metrics.md).
     'vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc',
     'vllm:prompt_tokens_total', 'vllm:generation_tokens_total', 'vllm:request_success_total',
     'vllm:num_preemptions_total', 'vllm:prefix_cache_queries_total', 'vllm:prefix_cache_hits_total',
@@ -81,7 +81,7 @@ EXTERNAL_HISTOGRAMS = frozenset((
     # the front door's exporter
     'llm_proxy_request_duration_seconds', 'llm_proxy_upstream_header_seconds',
 ))
-# Series that no longer exist (shared/OPERATIONS-NOTES.md), as in test_alert_rules.py.
+# Series that no longer exist (vLLM #29330; llama-server's README), as in test_alert_rules.py.
 RETIRED = ('vllm:gpu_cache_usage_perc', 'time_per_output_token_seconds', 'llamacpp:kv_cache_usage_ratio')
 
 

@@ -198,6 +198,30 @@ def test_not_supported_fields_are_left_out_and_counted(start_exporter):
     assert scrape.value('llm_gpu_exporter_scrape_success') == 1, 'not supported is not a failure'
 
 
+def test_recovery_action_reported_as_the_driver_gives_it(start_exporter, tmp_path):
+    """A GPU whose driver asks for a reset: the code itself, so the alert and the watchdog can act on it."""
+    def edit(data):
+        data['devices'][0]['field_values']['NVML_FI_DEV_GET_GPU_RECOVERY_ACTION'] = 1  # gpu_reset
+    scrape = start_exporter(custom_fixture(tmp_path, edit)).scrape()
+    assert scrape.value('llm_gpu_recovery_action', gpu=0) == 1
+    assert scrape.find('llm_gpu_recovery_action', gpu=1) == []
+
+
+def test_replay_counter_and_throttle_reasons_not_supported(start_exporter, tmp_path):
+    """Cards and drivers without the replay counter or the throttle reasons: those series are left out and said."""
+    def edit(data):
+        del data['devices'][0]['pcie']['replay_counter']
+        del data['devices'][0]['clocks_event_reasons']
+    scrape = start_exporter(custom_fixture(tmp_path, edit)).scrape()
+    assert scrape.find('llm_gpu_pcie_replays_total', gpu=0) == []
+    assert scrape.find('llm_gpu_throttle_reason', gpu=0) == []
+    assert scrape.find('llm_gpu_pcie_replays_total', gpu=1), 'the other GPU still has its own'
+    assert scrape.find('llm_gpu_throttle_reason', gpu=1)
+    unsupported = sorted(lab['field'] for lab, value in scrape.find('llm_gpu_exporter_unsupported', gpu=0))
+    assert unsupported == ['pcie_replays', 'throttle_reasons']
+    assert scrape.value('llm_gpu_exporter_scrape_success') == 1
+
+
 def test_exposition_passes_promtool(start_exporter):
     tool = promtool()
     if not tool:
