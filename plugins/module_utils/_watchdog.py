@@ -68,7 +68,9 @@ returns the HeatActions of that reading, usually none. Levels (LEVELS):
   ``power_fraction`` of the card's default limit (or to ``power_limit_w``),
   clamped within the card's min/max and never above the limit in force;
 - -> clocks_locked at ``clocks_c``: graphics clocks locked at most to
-  ``clock_mhz``, else ``clock_fraction`` of the card's maximum graphics clock;
+  ``clock_mhz``, else ``clock_fraction`` of the card's maximum graphics clock
+  (neither known: the action has no value and its message says the clock step
+  is skipped; the level still advances, so the stop step follows);
 - -> engines_stopped once at or above ``stop_c`` for ``stop_after_s``: drain
   and stop the engines on that GPU (the other GPU or a standby keeps serving);
 - back to normal only after every reading stayed below ``warn_c -
@@ -654,9 +656,10 @@ class HeatPolicy(object):
             how = '%g %% of the maximum %s' % (round(self.config.clock_fraction * 100, 1),
                                                _fmt(reading.clock_max_mhz, 'MHz'))
         else:
-            return HeatAction(LOCK_CLOCKS, self.level, '%s: graphics clocks to be locked lower, but NVML reports no '
-                              'maximum clock and clock_mhz is not set: lock them at the lowest supported clock'
-                              % head, temp)
+            # Nothing to work the lock out from: the step is skipped (the daemon counts it), not guessed.
+            return HeatAction(LOCK_CLOCKS, self.level, '%s: clock step skipped, graphics clocks not locked: NVML '
+                              'reports no maximum graphics clock for this GPU and clock_mhz is not set (set '
+                              'clock_mhz in gpu_watchdog_heat for this step to lock them)' % head, temp)
         return HeatAction(LOCK_CLOCKS, self.level, '%s: graphics clocks locked at most to %s (%s)'
                           % (head, _fmt(mhz, 'MHz'), how), temp, mhz)
 

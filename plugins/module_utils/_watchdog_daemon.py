@@ -325,7 +325,7 @@ class Metrics(object):
                                              '2 clocks locked, 3 engines stopped.'),
         'llm_watchdog_heat_threshold_celsius': ('gauge', 'The temperature at which each heat step acts.'),
         'llm_watchdog_actions_total': ('counter', 'Actions decided, by kind and result '
-                                                  '(done, failed, dry_run, suppressed).'),
+                                                  '(done, failed, dry_run, suppressed, skipped).'),
         'llm_watchdog_xid_events_total': ('counter', 'XID events the watchdog handled, by XID and action.'),
         'llm_watchdog_engine_held': ('gauge', '1 for each engine the watchdog stopped and holds stopped.'),
         'llm_watchdog_gpu_needs_attention': ('gauge', '1 when a GPU needs a reset or a reboot that the '
@@ -642,6 +642,8 @@ class Watchdog(object):
                       lambda: self.actuator.nvml_set('power_limit', index, uuid, action.value))
         elif kind == _watchdog.LOCK_CLOCKS:
             if action.value is None:
+                # Nothing to lock at (the message says why): counted, so a step that never acts shows.
+                self.metrics.count('llm_watchdog_actions_total', {'gpu': index, 'action': kind, 'result': 'skipped'})
                 return
             self._act(index, kind, 'lock the graphics clocks of GPU %s at %g MHz' % (index, action.value),
                       lambda: self.actuator.nvml_set('lock_clocks', index, uuid, action.value))

@@ -414,7 +414,10 @@ def test_unknown_power_and_clock_say_so():
     unknown = dict(power_limit_w=None, power_default_w=None, power_min_w=None, power_max_w=None, clock_max_mhz=None)
     lower, lock = policy.step(0, reading(92, **unknown))
     assert lower.value is None and 'NVML reports no power limit' in lower.message
-    assert lock.value is None and 'lowest supported clock' in lock.message
+    # Nothing to lock at: the message says the step is skipped, not that something was locked.
+    assert lock.value is None and 'clock step skipped, graphics clocks not locked' in lock.message
+    assert 'no maximum graphics clock' in lock.message and 'lowest' not in lock.message
+    assert policy.level == wd.CLOCKS_LOCKED  # the stop step still follows
     run(policy, [(10, 70)], base=dict(RTX, **unknown))
     unlock, restore = policy.step(310, reading(70, **unknown))
     assert unlock.kind == 'unlock_clocks'

@@ -23,17 +23,18 @@ from ansible_collections.homelab.llm_server.plugins.module_utils import _watchdo
 UUIDS = {0: 'GPU-aaaa', 1: 'GPU-bbbb'}
 
 
-def facts(index, temp, limit=600.0):
+def facts(index, temp, limit=600.0, max_clock=3000.0):
     return {'index': index, 'uuid': UUIDS[index], 'name': 'RTX', 'pci_bus_id': '00000000:%02X:00.0' % (index + 1),
             'temperature_c': temp, 'temperature_slowdown_c': 95.0, 'temperature_shutdown_c': 100.0,
             'power_limit_w': limit, 'power_limit_min_w': 150.0, 'power_limit_max_w': 600.0,
-            'power_limit_default_w': 600.0, 'clocks': {'graphics_max_mhz': 3000.0}}
+            'power_limit_default_w': 600.0, 'clocks': {'graphics_max_mhz': max_clock}}
 
 
 class FakeSupervisor(object):
     def __init__(self):
         self.temps = {0: 40.0, 1: 40.0}
         self.limits = {0: 600.0, 1: 600.0}  # what NVML holds: the recorder's settings land here
+        self.max_clocks = {0: 3000.0, 1: 3000.0}  # None: NVML reports no maximum graphics clock
         self.xids = {0: {}, 1: {}}
         self.events = {0: None, 1: None}
         self.recovery = {}
@@ -45,7 +46,8 @@ class FakeSupervisor(object):
         gpus = []
         for index, temp in sorted(self.temps.items()):
             extra = {'recovery_action': self.recovery[index]} if index in self.recovery else {}
-            gpus.append({'type': 'gpu', 'facts': facts(index, temp, self.limits[index]), 'extra': extra, 'unavailable': {}})
+            gpus.append({'type': 'gpu', 'facts': facts(index, temp, self.limits[index], self.max_clocks[index]),
+                         'extra': extra, 'unavailable': {}})
         return {'success': True, 'error': None, 'gpus': gpus, 'lost': [], 'events': dict(self.events),
                 'xids': {index: {'uuid': UUIDS[index], 'name': 'RTX', 'counts': dict(counts)}
                          for index, counts in self.xids.items()}}
@@ -208,6 +210,20 @@ def test_a_failed_setting_is_logged_and_counted(setup):
     watchdog.write_metrics()
     assert 'llm_watchdog_actions_total{action="lower_power_limit",gpu="1",result="failed"} 1' in (
         setup.tmp / 'metrics' / daemon.METRICS_FILE).read_text()
+
+
+def test_a_clock_step_without_a_clock_to_lock_at_is_skipped_and_counted(setup):
+    watchdog, supervisor, actuator, clock, lines = setup()
+    supervisor.max_clocks[0] = None  # and no clock_mhz in the settings
+    supervisor.temps[0] = 92.0  # past the power step (87) and the clock step (91)
+    watchdog.tick()
+    assert actuator.calls == [('nvml', 'power_limit', 0, 'GPU-aaaa', 480.0)]  # no lock_clocks call
+    assert watchdog.heat[0].level == wd.CLOCKS_LOCKED
+    assert any('clock step skipped, graphics clocks not locked' in line for line in lines)
+    watchdog.write_metrics()
+    text = (setup.tmp / 'metrics' / daemon.METRICS_FILE).read_text()
+    assert 'llm_watchdog_actions_total{action="lock_clocks",gpu="0",result="skipped"} 1' in text
+    assert 'action="lock_clocks",gpu="0",result="done"' not in text
 
 
 # --- XIDs ----------------------------------------------------------------------------
