@@ -4,7 +4,9 @@
 """roles/gpu_watchdog/files/llm-gpu-watchdog.py as a program, against the NVML double.
 
 Its child process for one NVML setting (--set) through the real pynvml and
-the double's setters; the configuration check the role validates with; one
+the double's setters, and that child killed after set_timeout_s when the
+setter hangs (the round goes on and counts the failure); the configuration
+check the role validates with; one
 round (`once`) reading the double through the GPU exporter's worker; a
 running daemon that heats a GPU, is asked to release it and restores it.
 """
@@ -18,6 +20,8 @@ import sys
 import time
 
 import pytest
+
+from ansible_collections.homelab.llm_server.plugins.module_utils import _watchdog_daemon
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 PROGRAM = os.path.join(REPO_ROOT, 'roles', 'gpu_watchdog', 'files', 'llm-gpu-watchdog.py')
@@ -95,6 +99,51 @@ def test_set_refuses_out_of_range_and_a_wrong_gpu(host):
     proc = run(host, '--set', 'power_limit', '--gpu', '0', '--uuid', 'GPU-someone-else', '--value', '450')
     assert proc.returncode == 1 and 'not GPU-someone-else: nothing set' in proc.stdout
     assert host.state() == {}
+
+
+def hang_power_setter(host, milliseconds):
+    """GPU 0's power setter sleeps first, as NVML does on a GPU that fell off the bus."""
+    path = host.path / 'fixture.json'
+    fixture = json.loads(path.read_text())
+    fixture['devices'][0]['hang_ms'] = {'nvmlDeviceSetPowerManagementLimit': milliseconds}
+    path.write_text(json.dumps(fixture))
+
+
+def test_a_setter_that_hangs_is_killed_after_set_timeout_s(host, monkeypatch):
+    hang_power_setter(host, 60000)
+    for name, value in host.env.items():  # the child inherits this process's environment
+        monkeypatch.setenv(name, value)
+    config = _watchdog_daemon.load_config({'set_timeout_s': 1})
+    actuator = _watchdog_daemon.Actuator(config, [sys.executable, PROGRAM])
+    started = time.monotonic()
+    ok, detail = actuator.nvml_set('power_limit', 0, None, 450)
+    took = time.monotonic() - started
+    assert not ok and 'did not finish within 1 s (killed)' in detail, detail
+    # Bounded by set_timeout_s, not by the 60 s the setter sleeps.
+    assert 1.0 <= took < 2.5, took
+    assert host.state() == {}
+
+
+def test_a_round_goes_on_past_a_hanging_setter_and_counts_it(host):
+    hang_power_setter(host, 60000)
+    config = json.loads((host.path / 'config.json').read_text())
+    config['set_timeout_s'] = 1
+    (host.path / 'config.json').write_text(json.dumps(config))
+    subprocess.run([sys.executable, SET_FIXTURE, str(host.path / 'fixture.json'), 'devices.0.temperature.gpu=92'],
+                   check=True)
+    started = time.monotonic()
+    # A setter the watchdog waited for would keep this round past the 30 s limit (TimeoutExpired).
+    proc = run(host, '--config', host.config, 'once', timeout=30)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    assert 'set the power limit of GPU 0 to 480 W: failed' in proc.stderr
+    assert 'did not finish within 1 s (killed)' in proc.stderr
+    metrics = (host.path / 'metrics' / 'llm_gpu_watchdog.prom').read_text()
+    assert 'llm_watchdog_actions_total{action="lower_power_limit",gpu="0",result="failed"} 1' in metrics
+    # The next step of the same round still acted.
+    assert 'llm_watchdog_actions_total{action="lock_clocks",gpu="0",result="done"} 1' in metrics
+    assert host.state()['0'] == {'locked_clocks_mhz': [2163, 2163]}
+    assert took < config['set_timeout_s'] + 5, took
 
 
 def test_check_names_the_bad_setting(host, tmp_path):
