@@ -38,15 +38,18 @@ warning or critical, ``reason`` a sentence for the log and the alert,
    ``recheck`` set. ``recover_imex_domain`` (multi-node NVLink) does not apply
    to a PCIe box and, like a code this file does not know, falls back to the
    table.
-2. Else XID_TABLE, from shared/OPERATIONS-NOTES.md, whose sources are, per
-   row: NVIDIA's XID catalogue (names, mnemonics,
-   https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html),
+2. Else XID_TABLE, written out with REPEAT_ESCALATION in
+   docs/runbooks/gpu-watchdog.md ("The XID table"; a unit test keeps the two
+   in step). Its sources, named in each row: NVIDIA's XID catalogue (names,
+   mnemonics, https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html),
    NVSentinel's mapping (NVIDIA/NVSentinel
    distros/kubernetes/nvsentinel/charts/gpu-health-monitor/xiderrorsmapping.csv:
-   recommended action and FATAL/NONFATAL) and the NVIDIA device plugin for
+   recommended action and FATAL/NONFATAL), the NVIDIA device plugin for
    Kubernetes (NVIDIA/k8s-device-plugin internal/rm/health.go, which by
    default does not mark a GPU unhealthy for the application errors 13, 31,
-   43, 45, 68, 109).
+   43, 45, 68, 109) and nvidia_gpu_exporter (utkuozdemir/nvidia_gpu_exporter
+   docs/METRICS.md, whose alerting example keeps to the reset and reboot
+   class 48, 62, 64, 74, 79, 95, 119, 120: "critical" in a row).
 3. An XID in neither: log only (``ignore``, severity warning, source unknown).
 
 XidPolicy adds what one event alone cannot tell: a 109 that repeats on the
@@ -216,10 +219,11 @@ XidRule = collections.namedtuple('XidRule', 'name action severity note sources')
 
 _DP_IGNORED = 'k8s-device-plugin: an application error, the GPU stays healthy'
 
-# Rows of shared/OPERATIONS-NOTES.md's XID table. sources: what each source
-# says (NVSentinel: xiderrorsmapping.csv's recommended action and FATAL /
-# NONFATAL; k8s-device-plugin: internal/rm/health.go's ignored XIDs; names
-# and mnemonics from NVIDIA's XID catalogue).
+# The runbook's XID table (docs/runbooks/gpu-watchdog.md) row by row. sources:
+# what each source says (NVSentinel: xiderrorsmapping.csv's recommended action
+# and FATAL / NONFATAL; k8s-device-plugin: internal/rm/health.go's ignored
+# XIDs; nvidia_gpu_exporter: in its reset/reboot-class alert list; names and
+# mnemonics from NVIDIA's XID catalogue).
 XID_TABLE = {
     13: XidRule('graphics engine exception (ROBUST_CHANNEL_GR_EXCEPTION)', RESTART_ENGINE_IF_UNHEALTHY, WARNING,
                 "most often the application's own fault: the engine restarts only if its health check fails",

@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """plugins/module_utils/_watchdog.py: the GPU watchdog's decisions, in process, with made-up times.
 
-- XIDs: every row of the table, the driver's recovery action before the
-  table, 109 repeated within the window, 45 after another error, unknown XIDs.
+- XIDs: every row of the table and its copy in the runbook, the driver's
+  recovery action before the table, 109 repeated within the window, 45 after
+  another error, unknown XIDs.
 - Heat: rising through each step (each action once), a jump past several
   steps, hysteresis and the cool-down restore, thresholds from the card, from
   the config and without either, power limits clamped to the card's range.
@@ -15,14 +16,17 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from ansible_collections.homelab.llm_server.plugins.module_utils import _gpu_metrics, _watchdog as wd
 
+RUNBOOK = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'docs', 'runbooks', 'gpu-watchdog.md')
+
 # --- XIDs ----------------------------------------------------------------------
 
-# XID -> (action, severity) from shared/OPERATIONS-NOTES.md's table.
+# XID -> (action, severity): the runbook's XID table (docs/runbooks/gpu-watchdog.md).
 EXPECTED = {
     13: (wd.RESTART_ENGINE_IF_UNHEALTHY, wd.WARNING),
     31: (wd.RESTART_ENGINE_IF_UNHEALTHY, wd.WARNING),
@@ -41,10 +45,46 @@ EXPECTED = {
 }
 
 
-def test_table_covers_the_operations_notes_rows():
+def test_table_covers_the_runbook_rows():
     assert set(wd.XID_TABLE) == set(EXPECTED)
     # The exporter pre-creates a counter for each of these XIDs.
     assert set(EXPECTED) <= set(_gpu_metrics.PREINITIALISED_XIDS)
+
+
+def runbook_xid_tables():
+    """The rows of the runbook's 'The XID table' section: ({xid: cells}, {xid: cells} of the repeat table)."""
+    with open(RUNBOOK, encoding='utf-8') as handle:
+        text = handle.read()
+    assert '\n## The XID table\n' in text, 'docs/runbooks/gpu-watchdog.md has no "## The XID table" section'
+    section = text.split('\n## The XID table\n', 1)[1].split('\n## ', 1)[0]
+    # The order above the table names every recovery action the driver may report.
+    for name in wd.RECOVERY_ACTIONS.values():
+        assert '`%s`' % name in section, 'the runbook does not say what the recovery action %s does' % name
+    tables, header = {}, None
+    for line in section.splitlines():
+        if not line.startswith('|'):
+            header = None
+            continue
+        cells = [cell.strip() for cell in line.strip().strip('|').split('|')]
+        if header is None:
+            header = cells[0]
+            tables[header] = {}
+        elif cells[0].isdigit():
+            assert int(cells[0]) not in tables[header], 'XID %s twice in the runbook' % cells[0]
+            tables[header][int(cells[0])] = cells
+    return tables.get('XID', {}), tables.get('XID repeated', {})
+
+
+def test_the_runbook_lists_every_row_of_the_table():
+    rows, repeats = runbook_xid_tables()
+    assert sorted(rows) == sorted(wd.XID_TABLE)
+    for xid, rule in wd.XID_TABLE.items():
+        _xid, name, action, severity, note, sources = rows[xid]
+        assert (name, action, severity, note) == (rule.name, '`%s`' % rule.action, rule.severity, rule.note), xid
+        assert sources.split('; ') == list(rule.sources), xid
+    assert sorted(repeats) == sorted(wd.REPEAT_ESCALATION)
+    for xid, (action, severity, why) in wd.REPEAT_ESCALATION.items():
+        assert repeats[xid][1:] == ['`%s`' % action, severity, why], xid
 
 
 @pytest.mark.parametrize('xid', sorted(EXPECTED))
