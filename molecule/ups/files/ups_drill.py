@@ -1,15 +1,16 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The ups scenario's drills, run on the test host (as root) by verify.yml.
 
-  ups_drill.py STEP --engines U1,U2 [options]     STEP: ready, blip, outage, power-back, low-battery, restore
+  ups_drill.py STEP --engines U1,U2 [options]
+      STEP: ready, blip, outage, power-back, low-battery, restore
 
 Each drill drives ups.status of the simulated UPS (dummy-ups) with upsrw,
 polls (systemctl, upsc, the files of the ups role) and times what happens on
-the monotonic clock; it prints one JSON object with the figures and exits 0,
-or prints {"error": ...} and exits 1. NUT's clients print the driver's answer
-and may exit 0 whatever it was (upscmd, nut#3383): upsrw's answer is read
-(-w: SUCCESS), and each change is confirmed by reading the value back with
-upsc before it counts.
+the monotonic clock; it prints one JSON object with the figures and exits 0, or prints {"error": ...} and exits 1. NUT's clients
+print the driver's answer and may exit 0 whatever it was (upscmd, nut#3383):
+upsrw's answer is read (upsrw_answer: -w gives the driver's SUCCESS or its
+refusal; a bare OK only says upsd passed it on), and each change is confirmed
+by reading the value back with upsc before it counts (value_taken).
 """
 
 import argparse
@@ -31,6 +32,30 @@ def run(argv, timeout=60):
     return proc.returncode, (proc.stdout + proc.stderr).strip()
 
 
+def upsrw_answer(rc, output):
+    """upsrw's answer to a SET: SUCCESS (-w, the driver set it) or OK (upsd passed it on; the outcome
+    unknown until read back). Raises DrillError for anything else: upsd's own refusal (upsrw exits 1,
+    "Unexpected response from upsd: ERR ACCESS-DENIED") or the driver's, which upsrw -w prints and
+    exits 0 for ("ERR INVALID-ARGUMENT", "ERR UNKNOWN", ...)."""
+    # The last line: upsrw may say "Init SSL without certificate database" first.
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    answer = lines[-1] if lines else ''
+    if rc != 0 or answer not in ('SUCCESS', 'OK'):
+        raise DrillError('upsrw was refused: rc %s, %r' % (rc, output))
+    return answer
+
+
+def value_taken(variable, wanted, served):
+    """Whether upsd serves the value set: for ups.status the flags asked for (upsd adds FSD of its own
+    once upsmon asked for the shutdown) and no OB unless asked; for any other variable the value."""
+    if served is None:
+        return False
+    if variable != 'ups.status':
+        return served == wanted
+    flags, asked = set(served.split()), set(wanted.split())
+    return asked <= flags and ('OB' in asked or 'OB' not in flags)
+
+
 class Drill:
     def __init__(self, args):
         self.args = args
@@ -46,26 +71,25 @@ class Drill:
         proc = subprocess.run(['upsc', UPS, variable], capture_output=True, text=True, timeout=15, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
-    def set_status(self, value, timeout=10):
-        """Sets ups.status; returns the monotonic time just before it was set (upsd then serves it)."""
+    def set_var(self, variable, value, timeout=10.0):
+        """Sets a variable of the simulated UPS; returns the monotonic time just before it was set
+        (upsd then serves it)."""
         asked = time.monotonic()
-        # -w: upsd tracks the driver's answer (SUCCESS, FAILED, ...); upsrw prints it and may
-        # exit 0 either way, so the answer is read, and then the value itself.
-        rc, out = run(['upsrw', '-w', '-s', 'ups.status=' + value, '-u', 'admin', '-p', self.password, UPS])
-        answer = out.splitlines()[-1].strip() if out else ''
-        if rc != 0 or answer not in ('SUCCESS', 'OK'):
-            raise DrillError('upsrw ups.status=%s was refused: rc %s, %r' % (value, rc, out))
-        wanted = set(value.split())
+        # -w: upsd tracks the driver's answer; upsrw prints it and may exit 0 either way.
+        rc, out = run(['upsrw', '-w', '-s', '%s=%s' % (variable, value), '-u', 'admin', '-p', self.password, UPS])
+        answer = upsrw_answer(rc, out)
         deadline = time.monotonic() + timeout
         while True:
-            served = self.upsc('ups.status')
-            # upsd adds FSD of its own once upsmon asked for the shutdown.
-            if served is not None and wanted <= set(served.split()) and ('OB' in wanted or 'OB' not in served):
+            served = self.upsc(variable)
+            if value_taken(variable, value, served):
                 return asked
             if time.monotonic() > deadline:
-                raise DrillError('upsrw answered OK but upsd serves ups.status=%r %d s later, not %r'
-                                 % (served, timeout, value))
+                raise DrillError('upsrw answered %s to %s=%s, but upsd still serves %r %g s later: the value '
+                                 'did not take' % (answer, variable, value, served, timeout))
             time.sleep(0.05)
+
+    def set_status(self, value):
+        return self.set_var('ups.status', value)
 
     # --- the engines -----------------------------------------------------------------------------------
 
