@@ -2,11 +2,12 @@
 """The ups scenario's drills, run on the test host (as root) by verify.yml.
 
   ups_drill.py STEP --engines U1,U2 [options]
-      STEP: ready, blip, outage, power-back, low-battery, restore
+      STEP: ready, boot-gate, blip, outage, power-back, low-battery, restore
 
-Each drill drives ups.status of the simulated UPS (dummy-ups) with upsrw,
-polls (systemctl, upsc, the files of the ups role) and times what happens on
-the monotonic clock; it prints one JSON object with the figures and exits 0, or prints {"error": ...} and exits 1. NUT's clients
+Each drill drives ups.status (or battery.charge) of the simulated UPS
+(dummy-ups) with upsrw, polls (systemctl, upsc, the files of the ups role)
+and times what happens on the monotonic clock; it prints one JSON object with
+the figures and exits 0, or prints {"error": ...} and exits 1. NUT's clients
 print the driver's answer and may exit 0 whatever it was (upscmd, nut#3383):
 upsrw's answer is read (upsrw_answer: -w gives the driver's SUCCESS or its
 refusal; a bare OK only says upsd passed it on), and each change is confirmed
@@ -21,6 +22,7 @@ import sys
 import time
 
 UPS = 'ups@localhost'
+BOOT_GATE = 'llm-ups-boot-gate.service'
 
 
 class DrillError(Exception):
@@ -103,6 +105,14 @@ class Drill:
             states[unit] = props
         return states
 
+    def systemctl(self, *argv):
+        rc, out = run(['systemctl'] + list(argv), 120)
+        if rc != 0:
+            raise DrillError('systemctl %s: %s' % (' '.join(argv), out))
+
+    def unit_state(self, unit):
+        return run(['systemctl', 'show', '--property=ActiveState', '--value', unit])[1]
+
     def wait_units(self, active_state, timeout, step=0.1):
         """Polls until every engine is in active_state; returns the monotonic time."""
         deadline = time.monotonic() + timeout
@@ -183,6 +193,53 @@ class Drill:
         self.wait_units('active', 60)
         self.wait_healthy(60)
         return {'engines': self.engines, 'ups_status': self.upsc('ups.status')}
+
+    def boot_gate(self):
+        """At boot on a nearly empty battery. The engines' drop-ins (Wants= and After= the boot gate)
+        hold them: with the engines and the gate stopped and the charge below the gate's threshold,
+        starting the engines as boot does pulls the gate in, and their start jobs wait while it polls;
+        once the charge is back they start within one poll and pass their health check."""
+        with open(self.args.ups_config, encoding='utf-8') as handle:
+            settings = json.load(handle)
+        poll_s = float(settings.get('poll_s', 2))  # llm-ups.py's default
+        restart = self.upsc('battery.charge.restart')
+        need = max(float(settings['resume_charge_percent']), float(restart or 0))
+        full = self.upsc('battery.charge')
+        if full is None or float(full) < need:
+            raise DrillError('battery.charge is %r before the drill, not at least %g' % (full, need))
+        low = '%g' % max(0.0, need - 5)
+        self.wait_units('active', 60)
+        self.systemctl('stop', *self.engines)
+        # As after a boot, the gate has to run again before the engines may start.
+        self.systemctl('stop', BOOT_GATE)
+        self.set_var('battery.charge', low)
+        try:
+            began = time.monotonic()
+            self.systemctl('start', '--no-block', *self.engines)
+            # Two of the gate's polls and a second: the engines wait, the gate runs.
+            held_until = began + 2 * poll_s + 1
+            while time.monotonic() < held_until:
+                states = self.units()
+                if any(props.get('ActiveState') != 'inactive' for props in states.values()):
+                    raise DrillError('an engine started %.1f s into the boot with the battery at %s%% (the gate '
+                                     'waits for %g%%): %s' % (time.monotonic() - began, low, need, states))
+                time.sleep(0.2)
+            gate = self.unit_state(BOOT_GATE)
+            if gate != 'activating':
+                raise DrillError('%s is %r, not activating (waiting), with the battery at %s%%: the engines '
+                                 'did not pull it in' % (BOOT_GATE, gate, low))
+        finally:
+            raised = self.set_var('battery.charge', full)
+        active = self.wait_units('active', poll_s + 30)
+        healthy = self.wait_healthy(self.args.start_timeout_s)
+        limits = {'active': poll_s + 5, 'healthy': poll_s + 15}
+        for what, when in (('active', active), ('healthy', healthy)):
+            if when - raised > limits[what]:
+                raise DrillError('the engines were %s %.1f s after the charge came back, later than the gate\'s '
+                                 'poll + margin (%g s)' % (what, when - raised, limits[what]))
+        return {'charge_low': low, 'need': need, 'held_s': round(held_until - began, 1), 'poll_s': poll_s,
+                'active_after_s': round(active - raised, 2), 'healthy_after_s': round(healthy - raised, 2),
+                'limits_s': limits, 'gate': self.unit_state(BOOT_GATE)}
 
     def blip(self):
         before = self.units()
@@ -306,7 +363,8 @@ class Drill:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
-    parser.add_argument('step', choices=['ready', 'blip', 'outage', 'power-back', 'low-battery', 'restore'])
+    parser.add_argument('step', choices=['ready', 'boot-gate', 'blip', 'outage', 'power-back', 'low-battery',
+                                         'restore'])
     parser.add_argument('--engines', required=True)
     parser.add_argument('--timer-s', type=float, default=5)
     parser.add_argument('--blip-s', type=float, default=1.5)
@@ -318,6 +376,7 @@ def main():
     parser.add_argument('--metrics-file', default='/var/lib/prometheus/node-exporter/llm_ups_engines.prom')
     parser.add_argument('--shutdown-record', default='/var/lib/llm-test/shutdown-requests')
     parser.add_argument('--powerdown-flag', default='/run/nut/killpower')
+    parser.add_argument('--ups-config', default='/etc/llm-server/ups.json')
     args = parser.parse_args()
     drill = Drill(args)
     try:
