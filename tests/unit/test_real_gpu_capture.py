@@ -107,7 +107,7 @@ def test_watchdog_thresholds_and_dry_run_through_the_capture(nvml_env, tmp_path)
         return sorted(re.findall(r'^llm_watchdog_heat_threshold_celsius.*$', section, re.M))
 
     defaults, forced = real.split('--- forced below')
-    _, thresholds = once(base)
+    thresholds = once(base)[1]
     assert thresholds == real_thresholds(defaults) and len(thresholds) == 4
 
     heat = json.loads(_read('watchdog_forced.json'))['heat']
