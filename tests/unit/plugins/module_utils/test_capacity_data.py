@@ -179,7 +179,8 @@ def test_nvml_fixture_names_resolve():
         gpus = capacity.resolve_gpus([{'vendor': 'nvidia', 'name': name, 'memory_total_bytes': total}],
                                      TABLES['gpus'])
         assert gpus[0]['memory_bytes'] == total
-        assert gpus[0]['key'] in ('rtx-pro-6000-blackwell', 'h100-sxm'), name
+        # h200-sxm: the name and memory a real H200 (700 W, SXM) reported (real_h200_141gb.json).
+        assert gpus[0]['key'] in ('rtx-pro-6000-blackwell', 'h100-sxm', 'h200-sxm'), name
 
 
 def test_amd_sysfs_record_resolves():
