@@ -13,6 +13,7 @@ that parts them from the real driver fails here, on a machine without a GPU.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -25,9 +26,17 @@ CAPTURE = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'real_h200
 EXPORTER = os.path.join(REPO_ROOT, 'roles', 'gpu_exporter', 'files', 'llm-gpu-exporter.py')
 WATCHDOG = os.path.join(REPO_ROOT, 'roles', 'gpu_watchdog', 'files', 'llm-gpu-watchdog.py')
 
-# Values that move by themselves between two reads of an idle GPU: reported, not compared.
-VOLATILE_FACTS = {'temperature_c', 'power_draw_w', 'memory_used_bytes', 'memory_free_bytes', 'clocks',
-                  'throttle_reasons', 'throttle_reasons_mask', 'pcie_link_gen_current'}
+
+def _roundtrip():
+    spec = importlib.util.spec_from_file_location('roundtrip', os.path.join(REPO_ROOT, 'tests', 'nvml_double',
+                                                                            'roundtrip.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# gpu_facts' values that move by themselves between two reads of an idle GPU: the round trip's own list.
+VOLATILE_FACTS = _roundtrip().VOLATILE
 VOLATILE_SERIES = {'llm_gpu_temperature_celsius', 'llm_gpu_power_draw_watts', 'llm_gpu_utilization_ratio',
                    'llm_gpu_memory_utilization_ratio', 'llm_gpu_memory_used_bytes', 'llm_gpu_memory_free_bytes',
                    'llm_gpu_clock_hertz', 'llm_gpu_throttle_reason', 'llm_gpu_pcie_link_generation',
