@@ -16,7 +16,7 @@ description:
     detail of a long run is one C(less) away.
   - Enable with C(ANSIBLE_STDOUT_CALLBACK=homelab.llm_server.compact) or
     C(stdout_callback = homelab.llm_server.compact) in C(ansible.cfg).
-version_added: 0.1.0
+version_added: 0.4.0
 author:
   - homelab.llm_server maintainers (@homelab)
 extends_documentation_fragment:

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: capacity_plan
 short_description: Plan whether an LLM fits the GPUs, how to lay it out and how fast it can decode
-version_added: 0.1.0
+version_added: 0.4.0
 author: homelab.llm_server maintainers (@homelab)
 description:
   - Works out, for a model served with vLLM on the given GPUs, the weight bytes per GPU, the KV cache bytes

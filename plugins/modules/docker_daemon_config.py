@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: docker_daemon_config
 short_description: Merge settings into Docker's daemon.json without clobbering the user's
-version_added: 0.1.0
+version_added: 0.4.0
 author: homelab.llm_server maintainers (@homelab)
 description:
   - Reads the existing Docker daemon configuration file (if any), deep-merges O(settings) into it and writes

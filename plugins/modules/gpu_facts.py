@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: gpu_facts
 short_description: Gather GPU facts through NVML (NVIDIA) and sysfs (AMD)
-version_added: 0.1.0
+version_added: 0.4.0
 description:
   - Reads every NVIDIA GPU through NVML (the library that ships with the NVIDIA driver,
     queried with C(nvidia-ml-py)) and every AMD GPU through the C(amdgpu) sysfs files.

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: llm_benchmark
 short_description: Load-test an OpenAI-compatible endpoint and gate on latency and throughput thresholds
-version_added: 0.1.0
+version_added: 0.4.0
 author: homelab.llm_server maintainers (@homelab)
 description:
   - Sends O(requests) chat completions to an OpenAI-compatible endpoint (vLLM, llama.cpp's C(llama-server), or

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: nvidia_driver_state
 short_description: Read the NVIDIA driver state of a host and decide whether it needs a reboot
-version_added: 0.1.0
+version_added: 0.4.0
 author: homelab.llm_server maintainers (@homelab)
 description:
   - Reads, without changing anything, the loaded NVIDIA kernel module and its version, the installed

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: preflight_checks
 short_description: Check BIOS, kernel and hardware settings that matter for LLM serving
-version_added: 0.1.0
+version_added: 0.4.0
 author: homelab.llm_server maintainers (@homelab)
 description:
   - Runs a fixed list of read-only preflight checks on a GPU server and reports, for each one, its status,
