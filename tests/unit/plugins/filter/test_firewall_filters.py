@@ -133,7 +133,9 @@ def test_upsd_is_closed_unless_it_has_followers(render, nft_check):
 
 @pytest.mark.parametrize('variables, expected', [
     ({}, []),
-    ({'ups_netserver': True}, ['192.168.1.0/24']),
+    ({'ups_netserver': True, 'ups_enabled': True}, ['192.168.1.0/24']),
+    # The ups role is off unless the inventory turns it on.
+    ({'ups_netserver': True}, []),
     ({'ups_netserver': True, 'ups_enabled': False}, []),
     ({'ups_netserver': True, 'firewall_host_role': 'vps'}, []),
 ])
