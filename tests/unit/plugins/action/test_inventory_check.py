@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.homelab.llm_server.plugins.action import inventory_check
 
@@ -157,3 +159,41 @@ def test_problem_lines_say_what_each_lacks():
     ]
     assert inventory_check.undefined_name("'vault_x' is undefined") == 'vault_x'
     assert inventory_check.undefined_name('something else') is None
+
+
+def _role_options():
+    """Every option of every role's entry points: name -> [(role/entry, its spec)]."""
+    options = {}
+    for specs in sorted((pathlib.Path(REPO) / 'roles').glob('*/meta/argument_specs.yml')):
+        role = specs.parent.parent.name
+        for entry, spec in (yaml.safe_load(specs.read_text()).get('argument_specs') or {}).items():
+            for name, option in (spec.get('options') or {}).items():
+                options.setdefault(name, []).append(('%s/%s' % (role, entry), option))
+    return options
+
+
+def _without_required(option):
+    """OPTION with `required` dropped at every level: the inventory gives a part, the role's defaults the rest."""
+    option = {key: value for key, value in option.items() if key != 'required'}
+    if isinstance(option.get('options'), dict):
+        option['options'] = {name: _without_required(sub) for name, sub in option['options'].items()}
+    return option
+
+
+@pytest.mark.parametrize('host', ['llm-home', 'edge-vps'])
+def test_every_example_variable_is_a_role_option_and_passes_its_argument_spec(owner, host):
+    """A typo in the example (or a variable a role renamed) is caught here, not on the owner's server."""
+    _make_vault(owner)
+    proc = _run(owner, os.path.join(BIN, 'ansible-inventory'), '-i', 'home', '--vault-password-file', 'vault-pass',
+                '--host', host)
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(name for name in json.loads(proc.stdout)
+                   if not name.startswith(('ansible_', 'vault_')))
+    options = _role_options()
+    assert [name for name in names if name not in options] == [], 'variables no role declares'
+    values = _debug(owner, host, ','.join(names))
+    for name in names:
+        for where, option in options[name]:
+            validator = ArgumentSpecValidator({name: _without_required(option)})
+            errors = validator.validate({name: values[name]}).error_messages
+            assert errors == [], '%s=%r fails %s: %s' % (name, values[name], where, errors)
