@@ -136,12 +136,19 @@ def new_readme(role: str, specs: dict) -> str:
     return "\n".join(intro)
 
 
+class SpecError(Exception):
+    """A role's argument specs cannot be read."""
+
+
 def render(role_dir: pathlib.Path) -> str | None:
     """The README as it should be, or None for a role without argument specs."""
     specs_file = role_dir / "meta" / "argument_specs.yml"
     if not specs_file.exists():
         return None
-    specs = (yaml.safe_load(specs_file.read_text()) or {}).get("argument_specs") or {}
+    try:
+        specs = (yaml.safe_load(specs_file.read_text()) or {}).get("argument_specs") or {}
+    except yaml.YAMLError as err:
+        raise SpecError(f"{shown(specs_file)}: not valid YAML ({' '.join(str(err).split())})") from err
     readme = role_dir / "README.md"
     current = readme.read_text() if readme.exists() else new_readme(role_dir.name, specs)
     generated = block(role_dir.name, specs)
@@ -165,8 +172,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     stale = []
     count = 0
+    broken = []
     for role_dir in sorted(path for path in args.roles.iterdir() if path.is_dir()):
-        wanted = render(role_dir)
+        try:
+            wanted = render(role_dir)
+        except SpecError as err:
+            broken.append(str(err))
+            count += 1
+            continue
         if wanted is None:
             continue
         count += 1
@@ -177,6 +190,8 @@ def main(argv=None) -> int:
         if not args.check:
             readme.write_text(wanted)
             print(f"wrote {shown(readme)}")
+    for message in broken:
+        print(message)
     if args.check:
         for readme in stale:
             if readme.exists():
@@ -187,8 +202,9 @@ def main(argv=None) -> int:
             command = COMMAND if args.roles.resolve() == (ROOT / "roles").resolve() else f"{COMMAND} {args.roles}"
             print(f"role docs: {len(stale)} of {count} READMEs out of date; regenerate them with: {command}")
             return 1
-        print(f"role docs: {count} READMEs match their argument specs")
-    return 0
+        if not broken:
+            print(f"role docs: {count} READMEs match their argument specs")
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

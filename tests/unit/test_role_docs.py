@@ -95,3 +95,16 @@ def test_a_readme_without_markers_gets_the_block_at_its_end(tmp_path):
     assert text.startswith("# demo\n\nProse.\n\n<!-- BEGIN_ROLE_VARIABLES -->")
     assert text.endswith("<!-- END_ROLE_VARIABLES -->\n")
     assert "| `demo_on` | bool | `true` | On. |" in text
+
+
+def test_specs_that_are_not_yaml_are_named_and_fail(tmp_path):
+    make_role(tmp_path, "good", {"good_on": {"type": "bool", "default": True, "description": "On."}})
+    bad = tmp_path / "bad" / "meta"
+    bad.mkdir(parents=True)
+    (bad / "argument_specs.yml").write_text("argument_specs:\n  main:\n    short_description: a: b\n")
+    result = run(tmp_path)
+    assert result.returncode == 1
+    assert "bad/meta/argument_specs.yml: not valid YAML" in result.stdout
+    assert (tmp_path / "good" / "README.md").exists()
+    assert not (tmp_path / "bad" / "README.md").exists()
+    assert run("--check", tmp_path).returncode == 1
