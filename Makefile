@@ -67,8 +67,8 @@ help:
 	@echo "make bench  the suite's time per scenario and phase, site.yml's first converge and no-op time per role, then"
 	@echo "            gpu_facts, preflight, the driver/toolkit/runtime roles, llm-bench and the proxy (docs/benchmarks.md)"
 
-# Python tooling, rebuilt when requirements.txt changes.
-$(BIN)/.installed: requirements.txt
+# Python tooling, rebuilt when requirements.txt or requirements-controller.txt changes.
+$(BIN)/.installed: requirements.txt requirements-controller.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
