@@ -96,13 +96,17 @@ nvidia-repo: host
 	python3 tests/nvidia_repo/build.py $(BUILD)/nvidia-repo
 
 # Wheels of the target-side Python dependencies (nvidia-ml-py for gpu_facts,
-# prometheus-client for the GPU exporter), installed into the test
-# containers without an index (containers cannot verify TLS to PyPI here).
+# prometheus-client for the GPU exporter, huggingface-hub with its
+# dependencies for the model store), installed into the test containers
+# without an index (containers cannot verify TLS to PyPI here). pip skips
+# the files already there.
 $(WHEELS)/.done: requirements.txt | venv
 	mkdir -p $(WHEELS)
 	$(BIN)/pip download --quiet --no-deps --only-binary=:all: -d $(WHEELS) \
 	  "$$(grep -E '^nvidia-ml-py==' requirements.txt)" \
 	  "$$(grep -E '^prometheus-client==' requirements.txt)"
+	$(BIN)/pip download --quiet --only-binary=:all: -d $(WHEELS) \
+	  "$$(grep -E '^huggingface-hub==' requirements.txt)"
 	touch $@
 
 .PHONY: wheels

@@ -399,12 +399,29 @@ def read_progress(path):
         return None
 
 
-def wait_progress(path, wait_s, poll_s=0.5):
-    """The progress record once the download ends (phase done/failed) or after wait_s, whichever is first."""
+def job_finished(job_file):
+    """Whether Ansible's async job file says the job ended (its result replaces the 'started' record)."""
+    try:
+        with open(job_file, encoding='utf-8') as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and ('started' not in data or bool(data.get('finished')))
+
+
+def wait_progress(path, wait_s, job_file=None, poll_s=0.5):
+    """The progress record once the download ends or after wait_s, whichever is first.
+
+    The end is the async job's file saying so when job_file is given, else the
+    record's phase (done or failed).
+    """
     deadline = time.monotonic() + max(float(wait_s), 0.0)
     while True:
         record = read_progress(path)
-        if record and record.get('phase') in ('done', 'failed'):
+        if job_file:
+            if job_finished(job_file):
+                return read_progress(path)
+        elif record and record.get('phase') in ('done', 'failed'):
             return record
         if time.monotonic() >= deadline:
             return record

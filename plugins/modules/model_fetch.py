@@ -73,6 +73,11 @@ options:
     description: With O(state=progress), how long to wait for the fetch to end before reporting where it is.
     type: float
     default: 10
+  job_file:
+    description:
+      - With O(state=progress), the async job's results file (C(results_file) of the task that started it): the
+        wait ends as soon as it says the job ended. Without it, the wait ends when the fetch reports done or failed.
+    type: path
 requirements:
   - huggingface_hub (2.4.0 is the version the collection installs into its virtual environment)
 extends_documentation_fragment:
@@ -180,13 +185,14 @@ def main():
             max_workers=dict(type='int', default=8),
             state=dict(type='str', choices=['present', 'progress'], default='present'),
             wait_s=dict(type='float', default=10),
+            job_file=dict(type='path'),
         ),
         supports_check_mode=True,
     )
     params = module.params
     if params['state'] == 'progress':
         path = _model_store.progress_path(params['store_dir'], params['repo'], params['revision'])
-        record = _model_store.wait_progress(path, params['wait_s'])
+        record = _model_store.wait_progress(path, params['wait_s'], params['job_file'])
         module.exit_json(changed=False, progress=record or {}, status=(record or {}).get('phase', 'unknown'),
                          path=_model_store.snapshot_dir(params['store_dir'], params['repo'], params['revision']),
                          manifest=_model_store.manifest_path(params['store_dir'], params['repo'], params['revision']),
