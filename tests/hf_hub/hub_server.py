@@ -34,12 +34,14 @@ it is 1 MiB or more: what a Hub repo's .gitattributes does for model weights.
 
 Faults, set by the test through the API port (JSON in, JSON out):
   POST   /_stand_in/faults   {"cut": {PATH: {"at": BYTES, "times": N}},
-                              "corrupt": {PATH: {"times": N}}}
+                              "corrupt": {PATH: {"times": N}},
+                              "slow": {PATH: {"bytes_per_s": RATE, "times": N}}}
          replaces the faults. cut: a GET of PATH (either origin) announces
          the full Content-Length, sends the bytes up to absolute offset `at`
          and closes the connection, N times (-1: every time). corrupt: a GET
          of PATH serves the content with its first byte changed (same
-         length), N times.
+         length), N times. slow: a GET of PATH is sent at RATE bytes a second
+         (a slow link, so that a download takes long enough to watch).
   GET    /_stand_in/requests the requests so far: method, origin (api or
          lfs), path, range (the Range header or null), status.
   DELETE /_stand_in/requests forgets them.
@@ -61,6 +63,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import urllib.parse
 
 LFS_SUFFIXES = ('.safetensors', '.bin', '.gguf', '.pt', '.pth')
@@ -134,7 +137,7 @@ class State:
     def __init__(self, repos):
         self.repos = {repo.repo_id: repo for repo in repos}
         self.lock = threading.Lock()
-        self.faults = {'cut': {}, 'corrupt': {}}
+        self.faults = {'cut': {}, 'corrupt': {}, 'slow': {}}
         self.requests = []
         self.lfs_port = None
 
@@ -211,7 +214,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             length = int(self.headers.get('Content-Length') or 0)
             faults = json.loads(self.rfile.read(length) or b'{}')
             with self.state.lock:
-                self.state.faults = {'cut': dict(faults.get('cut') or {}), 'corrupt': dict(faults.get('corrupt') or {})}
+                self.state.faults = {kind: dict(faults.get(kind) or {}) for kind in ('cut', 'corrupt', 'slow')}
             return self._json(200, self.state.faults)
         return self._json(404, {'error': 'not found'})
 
@@ -300,6 +303,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         length = end - start + 1
         cut = self.state.take_fault('cut', entry['path']) if self.command == 'GET' else None
         corrupt = self.state.take_fault('corrupt', entry['path']) if self.command == 'GET' else None
+        slow = self.state.take_fault('slow', entry['path']) if self.command == 'GET' else None
+        block = 1 << 20 if slow is None else max(1, min(1 << 18, int(slow['bytes_per_s'])))
         self._record(status)
         self.send_response(status)
         for key, value in headers.items():
@@ -314,9 +319,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             handle.seek(start)
             position = start
             while position < stop:
-                chunk = handle.read(min(1 << 20, stop - position))
+                chunk = handle.read(min(block, stop - position))
                 if not chunk:
                     break
+                if slow is not None:  # the link's pace: this block's share of a second
+                    time.sleep(len(chunk) / float(slow['bytes_per_s']))
                 if corrupt is not None and position == 0:
                     chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
                 self.wfile.write(chunk)

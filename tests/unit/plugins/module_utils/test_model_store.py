@@ -257,17 +257,36 @@ def test_an_offline_engine_start_finds_the_snapshot_without_the_hub(hub, tmp_pat
 
 
 def test_progress_is_reported_while_a_fetch_runs(hub, tmp_path):
-    """wait_progress returns when the fetch ends; before that the record says how far it is."""
+    """On a slow link (4 MiB/s) the record shows part of the bytes while the fetch runs, all of them at its end."""
     store = tmp_path / 'models'
     path = _model_store.progress_path(str(store), REPO, COMMIT)
-    errors = []
-    worker = threading.Thread(target=lambda: errors.append(fetch(hub, store, progress_interval=0.05)))
+    faults(hub, slow={BIG: {'bytes_per_s': 4 * MIB, 'times': 1}})
+    results = []
+    worker = threading.Thread(target=lambda: results.append(fetch(hub, store, progress_interval=0.2)))
     worker.start()
-    record = _model_store.wait_progress(path, 120, poll_s=0.05)
+    seen = []
+    while worker.is_alive():
+        record = _model_store.wait_progress(path, 0.5)
+        if record and record['phase'] == 'downloading':
+            seen.append(record['bytes_done'])
     worker.join(120)
-    assert record['phase'] == 'done' and record['bytes_done'] == record['bytes_total']
+    assert results and results[0]['status'] == 'fetched'
+    total = _model_store.read_progress(path)['bytes_total']
+    assert any(0 < done < total for done in seen), seen
+    assert seen == sorted(seen)
+    record = _model_store.read_progress(path)
+    assert record['phase'] == 'done' and record['bytes_done'] == total
     line = _model_store.progress_line(record)
     assert line.startswith('%s@%s: ' % (REPO, COMMIT[:12])) and '(100%), 3 of 3 files (done)' in line
-    assert _model_store.progress_line(dict(record, phase='downloading', bytes_done=record['bytes_total'] // 4,
+    assert _model_store.progress_line(dict(record, phase='downloading', bytes_done=total // 4,
                                            files_done=1, bytes_per_s=2 * MIB)).endswith(
         '(25%), 1 of 3 files, 2.0 MiB/s (downloading)')
+
+
+def test_the_wait_ends_when_the_async_job_file_says_so(tmp_path):
+    job = tmp_path / 'job'
+    job.write_text(json.dumps({'started': 1, 'finished': 0}))
+    assert not _model_store.job_finished(str(job))
+    job.write_text(json.dumps({'changed': True, 'msg': 'fetched'}))
+    assert _model_store.job_finished(str(job))
+    assert _model_store.wait_progress(str(tmp_path / 'none.json'), 60, job_file=str(job)) is None
