@@ -49,6 +49,7 @@ CHECK_IDS = (
     'ram',
     'psu_headroom',
     'power_on_after_power_loss',
+    'ups',
 )
 
 DEFAULT_SEVERITY = {
@@ -67,6 +68,7 @@ DEFAULT_SEVERITY = {
     'psu_headroom': 'fail',
     # Always reported as ``manual``; ``ignore`` turns it into ``skip``.
     'power_on_after_power_loss': 'warn',
+    'ups': 'fail',
 }
 
 SEVERITIES = ('fail', 'warn', 'ignore')
@@ -107,6 +109,7 @@ TITLES = {
     'ram': 'System RAM for model loading',
     'psu_headroom': 'PSU capacity and headroom',
     'power_on_after_power_loss': 'Power on after AC power loss (BIOS)',
+    'ups': 'The UPS in the inventory answers through NUT',
 }
 
 WHY = {
@@ -168,6 +171,10 @@ WHY = {
     'power_on_after_power_loss': (
         'After an outage the server must come back by itself; the UPS role shuts it down cleanly and '
         'relies on this BIOS setting to boot it again when power returns.'
+    ),
+    'ups': (
+        'The ups role waits for the UPS to answer and stops the run when it does not; found here, before any '
+        'change, a missing or unplugged UPS is one finding instead of a failure late in site.yml.'
     ),
 }
 
@@ -236,6 +243,11 @@ FIX = {
     'power_on_after_power_loss': (
         'In the BIOS set "Restore on AC Power Loss" (also called "AC Back", "After Power Failure" or '
         '"State After G3") to "Power On", and test it once by pulling the plug.'
+    ),
+    'ups': (
+        'Plug the UPS in (its USB or serial cable) and check that ups_driver and ups_port fit it (`nut-scanner -U` '
+        'lists USB UPSes); `journalctl -u nut-driver@NAME -u nut-server` says why NUT cannot read it. A host '
+        'without a UPS: remove ups_enabled: true from its inventory (the default is false).'
     ),
 }
 
@@ -409,7 +421,7 @@ def pci_display_devices(sysfs_root, vendor_id):
 class _Ctx(object):
     """Inputs shared by all checks."""
 
-    def __init__(self, params, statvfs=None):
+    def __init__(self, params, statvfs=None, ups_probe=None):
         self.params = params
         self.gpus = [gpu for gpu in (params.get('gpus') or []) if isinstance(gpu, dict)]
         self.topology = [item for item in (params.get('gpu_topology') or []) if isinstance(item, dict)]
@@ -417,6 +429,9 @@ class _Ctx(object):
         self.procfs = params.get('procfs_root') or '/proc'
         self.modules_root = params.get('modules_root') or '/lib/modules'
         self.statvfs = statvfs or os.statvfs
+        # (argv -> (rc, stdout, stderr)) that runs NUT's upsc; None when
+        # NUT's client is not installed.
+        self.ups_probe = ups_probe
         self._modules = None
         self._modules_read = False
 
@@ -892,6 +907,63 @@ def check_power_on_after_power_loss(ctx, severity):
         'Linux cannot read this BIOS setting: confirm by hand that "Restore on AC Power Loss" is set to "Power On".')
 
 
+_UPS_SECTION_RE = re.compile(r'^\s*\[([^\]]+)\]\s*$')
+_UPS_SETTING_RE = re.compile(r'^\s*([A-Za-z0-9_.]+)\s*=\s*"?([^"]*)"?\s*$')
+
+
+def read_ups_conf(path):
+    """{section: {setting: value}} of NUT's ups.conf; None when it cannot be read."""
+    text = read_text(path)
+    if text is None:
+        return None
+    sections = OrderedDict()
+    current = None
+    for line in text.splitlines():
+        line = line.split('#', 1)[0]
+        match = _UPS_SECTION_RE.match(line)
+        if match:
+            current = sections.setdefault(match.group(1).strip(), {})
+            continue
+        match = _UPS_SETTING_RE.match(line)
+        if match and current is not None:
+            current[match.group(1)] = match.group(2).strip()
+    return sections
+
+
+def check_ups(ctx, severity):
+    """The UPS the inventory names answers through NUT, where NUT is set up for it.
+
+    Not set up yet (a fresh host: no upsc, or no section for the UPS in
+    ups.conf) is no finding: the ups role installs NUT and waits for the UPS
+    itself. Set up for it (the section is there) and upsc cannot read it:
+    the UPS is absent, unplugged or not the one the driver expects.
+    """
+    name = ctx.params.get('ups_name')
+    if not name:
+        return make_check('ups', severity, 'na', 'No UPS in the inventory (ups_enabled is false): nothing to check.')
+    conf = os.path.join(ctx.params.get('nut_config_dir') or '/etc/nut', 'ups.conf')
+    sections = read_ups_conf(conf) if ctx.ups_probe is not None else None
+    if sections is None or name not in sections:
+        return make_check(
+            'ups', severity, 'na',
+            'NUT is not set up for UPS %s yet (%s): the ups role installs and configures it, then waits for the '
+            'UPS to answer.' % (name, 'its client upsc is not installed' if ctx.ups_probe is None
+                                else 'no [%s] section in %s' % (name, conf)))
+    section = sections[name]
+    target = '%s@localhost' % name
+    fix = FIX['ups'].replace('nut-driver@NAME', 'nut-driver@%s' % name)
+    rc, out, err = ctx.ups_probe(['upsc', target, 'ups.status'])
+    status = (out or '').strip()
+    if rc == 0 and status:
+        return make_check('ups', severity, 'pass', 'UPS %s answers through NUT: ups.status %s.' % (name, status),
+                          fix=fix)
+    said = ' '.join(((err or '') + ' ' + (out or '')).split()) or 'no answer (exit code %s)' % rc
+    return make_check(
+        'ups', severity, 'problem',
+        'UPS %s is set up in %s (driver %s, port %s) but NUT cannot read it: upsc %s ups.status says "%s".'
+        % (name, conf, section.get('driver', 'unknown'), section.get('port', 'unknown'), target, said), fix=fix)
+
+
 CHECKS = OrderedDict([
     ('uefi_boot', check_uefi_boot),
     ('secure_boot', check_secure_boot),
@@ -907,6 +979,7 @@ CHECKS = OrderedDict([
     ('ram', check_ram),
     ('psu_headroom', check_psu_headroom),
     ('power_on_after_power_loss', check_power_on_after_power_loss),
+    ('ups', check_ups),
 ])
 
 
@@ -978,9 +1051,9 @@ def report_lines(checks, statuses=None, with_fix=True):
     return lines
 
 
-def run_checks(params, statvfs=None):
+def run_checks(params, statvfs=None, ups_probe=None):
     """Run every check; returns checks, summary, failed_checks, verdict, report_lines."""
-    ctx = _Ctx(params, statvfs=statvfs)
+    ctx = _Ctx(params, statvfs=statvfs, ups_probe=ups_probe)
     overrides = params.get('severity') or {}
     skip = set(params.get('skip') or [])
     checks = [run_check(check_id, ctx, overrides, skip) for check_id in CHECK_IDS]

@@ -16,7 +16,7 @@ description:
     what was found, why it matters for LLM serving and how to fix it in the BIOS or the OS.
   - "Checks, in order: C(uefi_boot), C(secure_boot), C(gpu_count), C(nvidia_driver), C(nouveau), C(resizable_bar),
     C(pcie_link), C(p2p), C(iommu_acs), C(kernel_headers), C(model_dir_disk), C(ram), C(psu_headroom),
-    C(power_on_after_power_loss)."
+    C(power_on_after_power_loss), C(ups)."
   - GPU related checks judge the facts gathered by M(homelab.llm_server.gpu_facts); the others read
     C(/sys), C(/proc) and C(/lib/modules) (the roots can be changed for testing).
   - A failing check reports its configured severity (V(fail) or V(warn)) as status. The module itself never
@@ -109,6 +109,18 @@ options:
         unless set to V(ignore)."
     type: dict
     default: {}
+  ups_name:
+    description:
+      - The UPS the inventory names (the ups role's O(ups_name) when its C(ups_enabled) is true); omitted, the C(ups)
+        check is skipped.
+      - Where NUT is set up for it (a section of that name in C(ups.conf) and C(upsc) installed), C(ups) asks upsd
+        for its C(ups.status) with C(upsc NAME@localhost) (read-only) and fails when NUT cannot read it. Where NUT
+        is not set up yet (a fresh host), C(ups) is skipped: the ups role installs it and waits for the UPS.
+    type: str
+  nut_config_dir:
+    description: NUT's configuration directory, holding C(ups.conf).
+    type: path
+    default: /etc/nut
   skip:
     description: Check ids not to run; they are reported with status C(skip).
     type: list
@@ -238,6 +250,8 @@ def main():
             expected_gpu_count=dict(type='int', default=0),
             severity=dict(type='dict', default={}),
             skip=dict(type='list', elements='str', default=[]),
+            ups_name=dict(type='str'),
+            nut_config_dir=dict(type='path', default='/etc/nut'),
         ),
         supports_check_mode=True,
     )
@@ -246,7 +260,12 @@ def main():
     if errors:
         module.fail_json(msg='; '.join(errors))
 
-    result = run_checks(module.params)
+    upsc = module.get_bin_path('upsc')
+
+    def ups_probe(argv):
+        return module.run_command([upsc] + list(argv[1:]))
+
+    result = run_checks(module.params, ups_probe=ups_probe if upsc else None)
     module.exit_json(changed=False, **result)
 
 

@@ -754,6 +754,109 @@ def test_power_on_after_power_loss_is_manual():
 
 
 # ---------------------------------------------------------------------------
+# 15 ups
+
+
+UPS_CONF = '''# written by the ups role
+maxretry = 3
+
+[ups]
+    driver = "usbhid-ups"
+    port = "auto"
+    desc = "UPS of the LLM server"
+'''
+
+
+class Upsc(object):
+    """Stands in for NUT's upsc: records each call, answers as upsd would."""
+
+    def __init__(self, rc=0, out='', err=''):
+        self.calls = []
+        self.answer = (rc, out, err)
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        return self.answer
+
+
+def ups_run(tmp_path, conf=UPS_CONF, probe=None, **overrides):
+    if conf is not None:
+        (tmp_path / 'ups.conf').write_text(conf)
+    prm = params('target', nut_config_dir=str(tmp_path), **overrides)
+    ctx = pf._Ctx(prm, statvfs=big_disk, ups_probe=probe)
+    return pf.run_check('ups', ctx, prm.get('severity'), set(prm.get('skip') or []))
+
+
+def test_ups_not_in_the_inventory_is_skipped(tmp_path):
+    probe = Upsc(1, '', 'Error: Driver not connected')
+    check = ups_run(tmp_path, probe=probe)
+    assert check['status'] == 'skip'
+    assert 'ups_enabled is false' in check['message']
+    assert probe.calls == []
+
+
+def test_ups_on_a_fresh_host_is_no_finding(tmp_path):
+    # NUT's client not installed yet: the ups role installs it and waits.
+    check = ups_run(tmp_path, conf=None, probe=None, ups_name='ups')
+    assert_check_shape(check)
+    assert check['status'] == 'skip'
+    assert check['message'] == ('NUT is not set up for UPS ups yet (its client upsc is not installed): the ups role '
+                                'installs and configures it, then waits for the UPS to answer.')
+
+
+def test_ups_with_nut_installed_but_not_set_up_for_it_is_no_finding(tmp_path):
+    # The package's own ups.conf (comments only), or a section of another name.
+    probe = Upsc(1, '', 'Error: Unknown UPS')
+    for conf in ('# nothing configured\n', '[other]\n  driver = dummy-ups\n'):
+        check = ups_run(tmp_path, conf=conf, probe=probe, ups_name='ups')
+        assert check['status'] == 'skip'
+        assert 'no [ups] section in %s' % (tmp_path / 'ups.conf') in check['message']
+    assert probe.calls == []
+
+
+def test_ups_that_answers_passes(tmp_path):
+    probe = Upsc(0, 'OL CHRG\n')
+    check = ups_run(tmp_path, probe=probe, ups_name='ups')
+    assert check['status'] == 'pass'
+    assert check['message'] == 'UPS ups answers through NUT: ups.status OL CHRG.'
+    assert probe.calls == [['upsc', 'ups@localhost', 'ups.status']]
+
+
+@pytest.mark.parametrize('answer', [
+    (1, '', 'Error: Driver not connected\n'),
+    (1, '', 'Error: Data stale\n'),
+    (1, '', 'Error: Connection failure: Connection refused\n'),
+    (0, '', ''),
+])
+def test_ups_set_up_but_not_answering_fails_naming_it_and_the_fix(tmp_path, answer):
+    check = ups_run(tmp_path, probe=Upsc(*answer), ups_name='ups')
+    assert_check_shape(check)
+    assert check['status'] == 'fail'
+    assert check['message'].startswith(
+        'UPS ups is set up in %s (driver usbhid-ups, port auto) but NUT cannot read it: upsc ups@localhost '
+        'ups.status says "' % (tmp_path / 'ups.conf'))
+    assert (answer[2].strip() or 'no answer (exit code 0)') in check['message']
+    assert 'Plug the UPS in' in check['fix']
+    assert 'journalctl -u nut-driver@ups -u nut-server' in check['fix']
+    assert 'ups_enabled' in check['fix']
+
+
+def test_ups_severity_can_be_lowered(tmp_path):
+    probe = Upsc(1, '', 'Error: Driver not connected')
+    assert ups_run(tmp_path, probe=probe, ups_name='ups', severity={'ups': 'warn'})['status'] == 'warn'
+    assert ups_run(tmp_path, probe=probe, ups_name='ups', severity={'ups': 'ignore'})['status'] == 'skip'
+
+
+def test_read_ups_conf(tmp_path):
+    (tmp_path / 'ups.conf').write_text(UPS_CONF + '[second.ups]\n driver=dummy-ups\n port = "x.dev" # note\n')
+    assert pf.read_ups_conf(str(tmp_path / 'ups.conf')) == {
+        'ups': {'driver': 'usbhid-ups', 'port': 'auto', 'desc': 'UPS of the LLM server'},
+        'second.ups': {'driver': 'dummy-ups', 'port': 'x.dev'},
+    }
+    assert pf.read_ups_conf(str(tmp_path / 'missing.conf')) is None
+
+
+# ---------------------------------------------------------------------------
 # run_checks, validation, report
 
 
@@ -765,8 +868,10 @@ def test_run_checks_target():
         assert_check_shape(check)
     statuses = dict((check['id'], check['status']) for check in result['checks'])
     assert statuses.pop('power_on_after_power_loss') == 'manual'
+    # No UPS in these parameters.
+    assert statuses.pop('ups') == 'skip'
     assert set(statuses.values()) == {'pass'}, statuses
-    assert result['summary'] == {'pass': 13, 'warn': 0, 'fail': 0, 'manual': 1, 'skip': 0}
+    assert result['summary'] == {'pass': 13, 'warn': 0, 'fail': 0, 'manual': 1, 'skip': 1}
     assert result['failed_checks'] == []
     assert result['verdict'] == 'pass'
     assert len(result['report_lines']) == len(pf.CHECK_IDS)
@@ -793,9 +898,10 @@ def test_run_checks_degraded():
         'ram': 'fail',
         'psu_headroom': 'fail',
         'power_on_after_power_loss': 'manual',
+        'ups': 'skip',
     }
     assert result['failed_checks'] == ['nouveau', 'pcie_link', 'kernel_headers', 'ram', 'psu_headroom']
-    assert result['summary'] == {'pass': 5, 'warn': 2, 'fail': 5, 'manual': 1, 'skip': 1}
+    assert result['summary'] == {'pass': 5, 'warn': 2, 'fail': 5, 'manual': 1, 'skip': 2}
     assert result['verdict'] == 'fail'
     pcie = [line for line in result['report_lines'] if line.startswith('[FAIL] pcie_link:')]
     assert pcie == [

@@ -15,7 +15,7 @@ TREES = os.path.join(REPO, 'tests', 'sysfs', 'preflight')
 
 CHECK_IDS = [
     'uefi_boot', 'secure_boot', 'gpu_count', 'nvidia_driver', 'nouveau', 'resizable_bar', 'pcie_link', 'p2p',
-    'iommu_acs', 'kernel_headers', 'model_dir_disk', 'ram', 'psu_headroom', 'power_on_after_power_loss',
+    'iommu_acs', 'kernel_headers', 'model_dir_disk', 'ram', 'psu_headroom', 'power_on_after_power_loss', 'ups',
 ]
 GIB = 1024 ** 3
 
@@ -82,7 +82,7 @@ def test_module_target_host_passes(run_module, tmp_path):
     assert [check['id'] for check in result['checks']] == CHECK_IDS
     assert result['verdict'] == 'pass'
     assert result['failed_checks'] == []
-    assert result['summary'] == {'pass': 13, 'warn': 0, 'fail': 0, 'manual': 1, 'skip': 0}
+    assert result['summary'] == {'pass': 13, 'warn': 0, 'fail': 0, 'manual': 1, 'skip': 1}
     assert statuses(result)['power_on_after_power_loss'] == 'manual'
     assert result['report_lines'][8] == ('[PASS] iommu_acs: IOMMU passthrough (iommu=pt); the GPUs share no PCIe '
                                          'switch, so ACS redirect cannot reroute their traffic.')
@@ -190,3 +190,25 @@ def test_module_rejects_bad_choice(run_module, tmp_path):
     assert rc != 0
     assert result['failed'] is True
     assert 'psu_power_limit_source' in result['msg']
+
+
+def test_module_asks_upsc_for_the_ups_and_fails_it_when_nut_cannot_read_it(run_module, tmp_path, monkeypatch):
+    # NUT's client at its boundary: a stand-in upsc first on PATH, answering as
+    # upsd does for a UPS whose driver could not reach it.
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    calls = tmp_path / 'upsc-calls'
+    upsc = bin_dir / 'upsc'
+    upsc.write_text('#!/bin/sh\necho "$@" >> %s\necho "Error: Driver not connected" >&2\nexit 1\n' % calls)
+    upsc.chmod(0o755)
+    monkeypatch.setenv('PATH', '%s:%s' % (bin_dir, os.environ.get('PATH', '')))
+    (tmp_path / 'ups.conf').write_text('[back_room]\n  driver = "usbhid-ups"\n  port = "auto"\n')
+    rc, result = run_module(dict(base_args('target', tmp_path), ups_name='back_room', nut_config_dir=str(tmp_path)))
+    assert rc == 0, result
+    assert statuses(result)['ups'] == 'fail'
+    assert result['verdict'] == 'fail'
+    assert result['failed_checks'] == ['ups']
+    assert calls.read_text() == 'back_room@localhost ups.status\n'
+    assert ('[FAIL] ups: UPS back_room is set up in %s (driver usbhid-ups, port auto) but NUT cannot read it: '
+            'upsc back_room@localhost ups.status says "Error: Driver not connected".' % (tmp_path / 'ups.conf')
+            ) in result['report_lines'][-1]
