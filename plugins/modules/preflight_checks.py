@@ -111,11 +111,11 @@ options:
     default: {}
   ups_name:
     description:
-      - The UPS the inventory names (the ups role's O(ups_name) when its C(ups_enabled) is true); omitted, the C(ups)
+      - The UPS the inventory names (the ups role's C(ups_name) when its C(ups_enabled) is true); omitted, the C(ups)
         check is skipped.
       - Where NUT is set up for it (a section of that name in C(ups.conf) and C(upsc) installed), C(ups) asks upsd
         for its C(ups.status) with C(upsc NAME@localhost) (read-only) and fails when NUT cannot read it. Where NUT
-        is not set up yet (a fresh host), C(ups) is skipped: the ups role installs it and waits for the UPS.
+        is not set up yet (a fresh host), C(ups) is skipped, since the ups role installs it and waits for the UPS.
     type: str
   nut_config_dir:
     description: NUT's configuration directory, holding C(ups.conf).
