@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: model_fetch
 short_description: Fetch a model's weights from the Hugging Face Hub into the model store, pinned and verified
-version_added: 0.5.0
+version_added: 0.4.0
 author: homelab.llm_server maintainers (@homelab)
 description:
   - With O(state=present), makes O(repo) at the commit O(revision) complete and verified under O(store_dir), in
@@ -75,7 +75,7 @@ options:
     default: 10
   job_file:
     description:
-      - With O(state=progress), the async job's results file (C(results_file) of the task that started it): the
+      - With O(state=progress), the async job's results file (C(results_file) of the task that started it); the
         wait ends as soon as it says the job ended. Without it, the wait ends when the fetch reports done or failed.
     type: path
 requirements:
@@ -86,7 +86,7 @@ extends_documentation_fragment:
 notes:
   - In check mode the manifest is checked and, without one, the Hub's listing is read and the free space compared;
     nothing is written.
-  - Running engines are not touched: a new model is fetched beside the one they serve.
+  - Running engines are not touched; a new model is fetched beside the one they serve.
 """
 
 EXAMPLES = r"""
