@@ -18,6 +18,7 @@ SOURCE_VARIABLES = {
     'ssh_allow_from': 'firewall_ssh_allow_from',
     'proxy_protocol_sources': 'firewall_proxy_protocol_sources',
     'monitoring_sources': 'firewall_monitoring_sources',
+    'monitoring_refused': 'firewall_monitoring_refused',
     'ups_sources': 'firewall_ups_sources',
 }
 PORT_VARIABLES = {

@@ -76,6 +76,7 @@ def _rules(render, **variables):
         'firewall_web_ports': [80, 443], 'firewall_wireguard_port': 51820,
         'firewall_proxy_protocol_ports': [8081, 8443], 'firewall_proxy_protocol_sources': ['10.77.0.1'],
         'firewall_monitoring_ports': [9090, 9100], 'firewall_monitoring_sources': ['10.77.0.0/24'],
+        'firewall_monitoring_refused': [],
         'firewall_extra_rules': [], 'firewall_block_forwarding': False,
         'firewall_ups_port': 3493, 'firewall_ups_sources': [],
     }
@@ -110,6 +111,67 @@ def test_vps_rules(render, nft_check):
     assert '9100' not in ruleset
     check = nft_check(ruleset)
     assert check.returncode == 0, check.stderr
+
+
+def test_home_refuses_monitoring_to_the_vps_before_it_accepts_the_tunnel(render, nft_check):
+    ruleset = _rules(render, firewall_monitoring_refused=['10.77.0.1'])
+    drop = 'ip saddr { 10.77.0.1 } tcp dport { 9090, 9100 } drop comment "monitoring never from these"'
+    accept = 'ip saddr { 10.77.0.0/24 } tcp dport { 9090, 9100 } accept comment "monitoring"'
+    assert drop in ruleset and accept in ruleset
+    assert ruleset.index(drop) < ruleset.index(accept)
+    # The door's listeners stay open to the VPS.
+    assert 'ip saddr { 10.77.0.1 } tcp dport { 8081, 8443 } accept' in ruleset
+    assert nft_check(ruleset).returncode == 0
+
+
+def test_vps_opens_its_node_exporter_to_home_alone(render, nft_check):
+    ruleset = _rules(render, firewall_host_role='vps', _firewall_lan=[], firewall_proxy_protocol_ports=[],
+                     firewall_proxy_protocol_sources=[], firewall_monitoring_ports=[9100],
+                     firewall_monitoring_sources=['10.77.0.2'])
+    assert 'ip saddr { 10.77.0.2 } tcp dport { 9100 } accept comment "monitoring"' in ruleset
+    assert '10.77.0.0/24' not in ruleset and '9090' not in ruleset
+    assert nft_check(ruleset).returncode == 0
+
+
+def _default(render, name, **variables):
+    with open(os.path.join(REPO_ROOT, 'roles', 'firewall', 'vars', 'main.yml'), encoding='utf-8') as handle:
+        expressions = yaml.safe_load(handle)
+    values = dict({'firewall_tunnel_subnet': '10.77.0.0/24'}, **variables)
+    # Variables reach the templar as data, not templates: the one this uses goes first.
+    for first in ('_firewall_vps_homes', '_firewall_dialled_vps'):
+        values[first] = render(expressions[first], **values)['value']
+    return render(expressions[name], **values)
+
+
+# What the inventory says: a home server dialling edge-vps, another home
+# dialling it too, and a third that dials no VPS.
+INVENTORY = {
+    'groups': {'all': ['llm-home', 'second-home', 'lan-only', 'edge-vps']},
+    'hostvars': {
+        'llm-home': {'inventory_hostname': 'llm-home', 'wireguard_vps': 'edge-vps', 'wireguard_address': '10.77.0.2'},
+        'second-home': {'inventory_hostname': 'second-home', 'wireguard_vps': 'edge-vps',
+                        'wireguard_address': '10.77.0.3'},
+        'lan-only': {'inventory_hostname': 'lan-only'},
+        'edge-vps': {'inventory_hostname': 'edge-vps', 'wireguard_address': '10.77.0.1'},
+    },
+}
+
+
+@pytest.mark.parametrize('host, role, ports, sources, refused', [
+    ('llm-home', 'home', [9090, 9093, 9100, 9115], ['10.77.0.0/24'], ['10.77.0.1']),
+    ('edge-vps', 'vps', [9100], ['10.77.0.2', '10.77.0.3'], []),
+    ('lan-only', 'home', [9090, 9093, 9100, 9115], ['10.77.0.0/24'], []),
+])
+def test_monitoring_defaults_follow_the_inventory(render, host, role, ports, sources, refused):
+    host_vars = dict(INVENTORY['hostvars'][host], firewall_host_role=role, groups=INVENTORY['groups'],
+                     hostvars=INVENTORY['hostvars'])
+    assert _default(render, '_firewall_default_monitoring_ports', **host_vars)['value'] == ports
+    assert _default(render, '_firewall_default_monitoring_sources', **host_vars)['value'] == sources
+    assert _default(render, '_firewall_default_monitoring_refused', **host_vars)['value'] == refused
+    # The door's listeners take the same address when nginx_proxy_protocol_trusted is not set.
+    assert _default(render, '_firewall_default_proxy_protocol_sources', **host_vars)['value'] == refused
+    assert _default(render, '_firewall_default_proxy_protocol_sources', nginx_proxy_protocol_trusted=['10.77.0.9'],
+                    **host_vars)['value'] == (['10.77.0.9'] if role == 'home' else [])
 
 
 def test_vps_without_allow_list_takes_ssh_from_anywhere(render, nft_check):
