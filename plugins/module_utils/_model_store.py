@@ -233,8 +233,12 @@ def _hub_error(exc, repo, revision, endpoint, errors):
     if isinstance(exc, errors.HfHubHTTPError):
         return ModelStoreError('%s@%s: the Hub at %s answered %s' % (repo, revision, endpoint, exc),
                                reason='hub_error')
-    return ModelStoreError('%s@%s: the Hub at %s cannot be reached (%s: %s)'
-                           % (repo, revision, endpoint, type(exc).__name__, exc), reason='unreachable')
+    if type(exc).__name__ in ('ConnectError', 'ConnectTimeout', 'LocalEntryNotFoundError'):
+        return ModelStoreError('%s@%s: the Hub at %s cannot be reached (%s: %s)'
+                               % (repo, revision, endpoint, type(exc).__name__, exc), reason='unreachable')
+    return ModelStoreError('%s@%s: the download from the Hub at %s failed (%s: %s). The files completed so far are '
+                           'kept; the next run fetches the rest and checks them all.'
+                           % (repo, revision, endpoint, type(exc).__name__, exc), reason='download')
 
 
 def list_remote(store_dir, repo, revision, endpoint, token):

@@ -43,7 +43,8 @@ Faults, set by the test through the API port (JSON in, JSON out):
          length), N times. slow: a GET of PATH is sent at RATE bytes a second
          (a slow link, so that a download takes long enough to watch).
   GET    /_stand_in/requests the requests so far: method, origin (api or
-         lfs), path, range (the Range header or null), status.
+         lfs), path, range (the Range header or null), status, token_sha256
+         (the sha256 of the bearer token sent, or null: never the token).
   DELETE /_stand_in/requests forgets them.
 Unreachable: stop the server (SIGTERM; systemctl stop of its unit).
 
@@ -168,9 +169,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith('/_stand_in/'):
             return
         with self.state.lock:
+            bearer = (self.headers.get('Authorization') or '').partition('Bearer ')[2]
             self.state.requests.append({'method': self.command, 'origin': self.origin,
                                         'path': urllib.parse.urlsplit(self.path).path,
-                                        'range': self.headers.get('Range'), 'status': status})
+                                        'range': self.headers.get('Range'), 'status': status,
+                                        'token_sha256': hashlib.sha256(bearer.encode()).hexdigest() if bearer else None})
 
     def _send(self, status, body=b'', headers=None, content_type='application/json'):
         self._record(status)
