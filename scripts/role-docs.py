@@ -166,7 +166,7 @@ def shown(path: pathlib.Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a README differs")
     parser.add_argument("roles", nargs="?", type=pathlib.Path, default=ROOT / "roles")
     args = parser.parse_args(argv)

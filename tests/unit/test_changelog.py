@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
