@@ -203,10 +203,12 @@ lint: venv
 	$(BIN)/ansible-lint --profile production
 
 # Every role's defaults/main.yml and meta/argument_specs.yml name the same
-# variables with the same defaults.
+# variables with the same defaults, and its README's variables are the ones
+# its specs generate (scripts/role-docs.py without --check rewrites them).
 .PHONY: role-defaults
 role-defaults: venv
 	$(BIN)/python scripts/check-role-defaults.py
+	$(BIN)/python scripts/role-docs.py --check
 
 .PHONY: sanity
 sanity: venv
