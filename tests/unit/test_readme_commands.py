@@ -72,3 +72,29 @@ def test_every_play_has_a_tag_and_the_readme_lists_them():
     for row in re.findall(r"^\| (.+?) \|", section, re.MULTILINE):
         listed.update(re.findall(r"`([a-z_]+)`", row))
     assert listed == tags
+
+
+QUICK_START = [
+    "git clone https://github.com/homelab/llm_server.git && cd llm_server",
+    "python3 -m venv .venv && .venv/bin/pip install -r requirements-controller.txt",
+    ".venv/bin/ansible-galaxy collection install -r requirements.yml",
+    "cp -r inventories/example inventories/home",
+    "python3 -c 'import secrets; print(\"sk-\" + secrets.token_urlsafe(32))'",
+    "cp inventories/home/group_vars/gpu_servers/vault.yml.example inventories/home/group_vars/gpu_servers/vault.yml",
+    "$EDITOR inventories/home/group_vars/gpu_servers/vault.yml",
+    ".venv/bin/ansible-vault encrypt inventories/home/group_vars/gpu_servers/vault.yml",
+    ".venv/bin/ansible-playbook -i inventories/home playbooks/site.yml --ask-vault-pass",
+]
+
+
+def test_the_quick_start_runs_these_commands_in_this_order():
+    """The first-day test runs the quick start's blocks literally, up to the playbook: they stay these."""
+    readme = (ROOT / "README.md").read_text()
+    section = re.search(r"^## Quick start\n(.*?)^## ", readme, re.MULTILINE | re.DOTALL).group(1)
+    found = []
+    for block in re.findall(r"^```(?:sh|bash|shell)\n(.*?)^```", section, re.MULTILINE | re.DOTALL):
+        found += [re.sub(r"\s+#\s.*$", "", line).strip() for line in block.splitlines() if line.strip()]
+    assert found[:len(QUICK_START)] == QUICK_START
+    for path in ("requirements-controller.txt", "requirements.yml",
+                 "inventories/example/group_vars/gpu_servers/vault.yml.example"):
+        assert (ROOT / path).exists(), path
