@@ -280,7 +280,7 @@ def scenario_settings():
             'key_name': home['nginx_api_keys'][0]['name'], 'pebble_https_ca': common['remote_pebble_ca'],
             'engine_port': home['remote_test_engine']['port'], 'model': home['remote_test_engine']['model'],
             'home_tunnel': home['wireguard_address'], 'vps_tunnel': vps['wireguard_address'],
-            'vps_public': vps['wireguard_public_address'], 'internet_address': platforms[INTERNET]['ip'],
+            'vps_public': vps.get('wireguard_public_address', vps['ansible_host']), 'internet_address': platforms[INTERNET]['ip'],
             'home_lan': platforms[HOME]['ip']}
 
 
