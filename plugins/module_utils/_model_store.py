@@ -41,6 +41,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -403,32 +405,44 @@ def read_progress(path):
         return None
 
 
-def job_finished(job_file):
-    """Whether Ansible's async job file says the job ended (its result replaces the 'started' record)."""
+def unit_active(unit):
+    """Whether the systemd unit running a fetch is still active (activating, active or deactivating)."""
     try:
-        with open(job_file, encoding='utf-8') as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        answer = subprocess.run(['systemctl', 'is-active', unit], capture_output=True, text=True, timeout=30,
+                                check=False)
+    except (OSError, subprocess.SubprocessError):
         return False
-    return isinstance(data, dict) and ('started' not in data or bool(data.get('finished')))
+    return answer.stdout.strip() in ('active', 'activating', 'deactivating', 'reloading')
 
 
-def wait_progress(path, wait_s, job_file=None, poll_s=0.5):
-    """The progress record once the download ends or after wait_s, whichever is first.
+def read_result(result_file):
+    try:
+        with open(result_file, encoding='utf-8') as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
 
-    The end is the async job's file saying so when job_file is given, else the
-    record's phase (done or failed).
+
+def wait_progress(path, wait_s, result_file=None, unit=None, poll_s=0.5):
+    """(progress record, result or None, finished) once the fetch ends or after wait_s, whichever is first.
+
+    The end is its result file when given (with the unit that runs it: a unit
+    that stopped without one has ended too), else the record's phase.
     """
     deadline = time.monotonic() + max(float(wait_s), 0.0)
     while True:
         record = read_progress(path)
-        if job_file:
-            if job_finished(job_file):
-                return read_progress(path)
+        if result_file:
+            result = read_result(result_file)
+            if result is not None:
+                return read_progress(path), result, True
+            if unit and not unit_active(unit):
+                result = read_result(result_file)  # written just before the unit stopped
+                return read_progress(path), result, True
         elif record and record.get('phase') in ('done', 'failed'):
-            return record
+            return record, None, True
         if time.monotonic() >= deadline:
-            return record
+            return record, None, False
         time.sleep(min(poll_s, max(deadline - time.monotonic(), 0.0)))
 
 
@@ -528,3 +542,44 @@ def fetch(store_dir, repo, revision, endpoint, token=False, planner_bytes=0, res
                       short(repo, revision), len(records), human_bytes(manifest['bytes_total']),
                       (', fetched again: ' + ', '.join(result['refetched'])) if result['refetched'] else ''))
     return result
+
+
+# --- The fetch as a command (the model_store role runs it under systemd-run) -------------------
+
+def main(argv=None):
+    """Fetch one model and write the result (or the reason it stopped) to --result-file, atomically.
+
+    The role copies this file to the host and runs it as a transient systemd
+    unit, so a long download goes on without the controller's connection;
+    the module model_fetch (state=progress) reports on it meanwhile.
+    """
+    import argparse  # pylint: disable=import-outside-toplevel
+    parser = argparse.ArgumentParser(description='Fetch a model into the model store.')
+    parser.add_argument('--store-dir', required=True)
+    parser.add_argument('--repo', required=True)
+    parser.add_argument('--revision', required=True)
+    parser.add_argument('--endpoint', required=True)
+    parser.add_argument('--token-file')
+    parser.add_argument('--planner-bytes', type=int, default=0)
+    parser.add_argument('--reserve-bytes', type=int, default=0)
+    parser.add_argument('--reverify', action='store_true')
+    parser.add_argument('--max-workers', type=int, default=8)
+    parser.add_argument('--result-file', required=True)
+    args = parser.parse_args(argv)
+    try:
+        result = fetch(args.store_dir, args.repo, args.revision, args.endpoint.rstrip('/'),
+                       token=read_token(args.token_file), planner_bytes=args.planner_bytes,
+                       reserve_bytes=args.reserve_bytes, reverify=args.reverify, max_workers=args.max_workers)
+        answer = dict(result, failed=False)
+    except ModelStoreError as exc:
+        answer = dict(exc.details, failed=True, msg=str(exc))
+    except Exception as exc:  # pylint: disable=broad-except
+        answer = {'failed': True, 'reason': 'error', 'msg': '%s@%s: %s: %s' % (args.repo, args.revision,
+                                                                                 type(exc).__name__, exc)}
+    _atomic_write_json(args.result_file, answer, mode=0o600)
+    sys.stdout.write(answer['msg'] + '\n')
+    return 1 if answer['failed'] else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

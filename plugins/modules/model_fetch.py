@@ -23,8 +23,8 @@ description:
     header within the run and skips the files a previous run completed. Each file's sha256 (LFS) or git sha1 (the
     others) is then compared with the listing; a file that fails is fetched again with C(force_download), and one
     that fails twice stops the run.
-  - With O(state=progress), waits up to O(wait_s) for a running fetch of the same model (started with C(async))
-    and returns how far it is, for a role that polls and prints it.
+  - With O(state=progress), waits up to O(wait_s) for a running fetch of the same model (the model_store role
+    runs it in the background under systemd-run) and returns how far it is, for a role that polls and prints it.
 options:
   repo:
     description: The Hugging Face repo id, such as V(Qwen/Qwen3-8B).
@@ -90,18 +90,15 @@ notes:
 """
 
 EXAMPLES = r"""
-- name: Fetch the model, in the background
+- name: Fetch the model
   homelab.llm_server.model_fetch:
     repo: Qwen/Qwen3-8B
     revision: b968826d9c46dd6066d109eabc6255188de91218
     store_dir: /srv/models
     token_file: /etc/llm-server/hf-token
     planner_weight_bytes: 16381470720
-  async: 86400
-  poll: 0
-  register: fetch_job
 
-- name: Report how far it is
+- name: Report how far a fetch running in the background is
   homelab.llm_server.model_fetch:
     repo: Qwen/Qwen3-8B
     revision: b968826d9c46dd6066d109eabc6255188de91218
@@ -149,6 +146,14 @@ progress:
   description: With O(state=progress), the fetch's last record (bytes_done, bytes_total, files_done, files_total, phase).
   returned: state=progress
   type: dict
+finished:
+  description: With O(state=progress), whether the fetch has ended (its result file is there, or its unit stopped).
+  returned: state=progress
+  type: bool
+result:
+  description: With O(state=progress) and O(result_file), the fetch's result once it has ended (C(failed), C(msg), ...).
+  returned: state=progress
+  type: dict
 msg:
   description: One line for the play output.
   returned: always
@@ -185,15 +190,18 @@ def main():
             max_workers=dict(type='int', default=8),
             state=dict(type='str', choices=['present', 'progress'], default='present'),
             wait_s=dict(type='float', default=10),
-            job_file=dict(type='path'),
+            result_file=dict(type='path'),
+            unit=dict(type='str'),
         ),
         supports_check_mode=True,
     )
     params = module.params
     if params['state'] == 'progress':
         path = _model_store.progress_path(params['store_dir'], params['repo'], params['revision'])
-        record = _model_store.wait_progress(path, params['wait_s'], params['job_file'])
+        record, result, finished = _model_store.wait_progress(path, params['wait_s'], params['result_file'],
+                                                              params['unit'])
         module.exit_json(changed=False, progress=record or {}, status=(record or {}).get('phase', 'unknown'),
+                         finished=finished, result=result,
                          path=_model_store.snapshot_dir(params['store_dir'], params['repo'], params['revision']),
                          manifest=_model_store.manifest_path(params['store_dir'], params['repo'], params['revision']),
                          msg=_model_store.progress_line(record))

@@ -267,7 +267,7 @@ def test_progress_is_reported_while_a_fetch_runs(hub, tmp_path):
     worker.start()
     seen = []
     while worker.is_alive():
-        record = _model_store.wait_progress(path, 0.5)
+        record = _model_store.wait_progress(path, 0.5)[0]
         if record and record['phase'] == 'downloading':
             seen.append(record['bytes_done'])
     worker.join(120)
@@ -284,10 +284,27 @@ def test_progress_is_reported_while_a_fetch_runs(hub, tmp_path):
         '(25%), 1 of 3 files, 2.0 MiB/s (downloading)')
 
 
-def test_the_wait_ends_when_the_async_job_file_says_so(tmp_path):
-    job = tmp_path / 'job'
-    job.write_text(json.dumps({'started': 1, 'finished': 0}))
-    assert not _model_store.job_finished(str(job))
-    job.write_text(json.dumps({'changed': True, 'msg': 'fetched'}))
-    assert _model_store.job_finished(str(job))
-    assert _model_store.wait_progress(str(tmp_path / 'none.json'), 60, job_file=str(job)) is None
+def test_the_command_writes_its_result_and_the_wait_ends_on_it(hub, tmp_path):
+    """The role's way: the file run as a command in the background, the wait ending on its result file."""
+    store, result_file = tmp_path / 'models', tmp_path / 'result.json'
+    command = [sys.executable, _model_store.__file__, '--store-dir', str(store), '--repo', REPO, '--revision', COMMIT,
+               '--endpoint', hub.endpoint, '--result-file', str(result_file)]
+    worker = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, HF_HOME=str(tmp_path / 'hf-home')))
+    record, result, finished = _model_store.wait_progress(
+        _model_store.progress_path(str(store), REPO, COMMIT), 120, result_file=str(result_file))
+    assert worker.wait(60) == 0
+    assert finished and result['failed'] is False and result['status'] == 'fetched'
+    assert record['phase'] == 'done' and oct(result_file.stat().st_mode & 0o777) == '0o600'
+    unknown = [OTHER_COMMIT if word == COMMIT else word for word in command]
+    answer = subprocess.run(unknown, capture_output=True, text=True, check=False, timeout=120,
+                            env=dict(os.environ, HF_HOME=str(tmp_path / 'hf-home')))
+    assert answer.returncode == 1 and answer.stdout.startswith('%s has no revision %s' % (REPO, OTHER_COMMIT))
+    assert json.loads(result_file.read_text())['reason'] == 'unknown_revision'
+
+
+def test_a_unit_that_stopped_without_a_result_ends_the_wait(tmp_path):
+    record, result, finished = _model_store.wait_progress(str(tmp_path / 'none.json'), 60,
+                                                          result_file=str(tmp_path / 'result.json'),
+                                                          unit='llm-model-fetch-no-such-unit.service')
+    assert (record, result, finished) == (None, None, True)
