@@ -315,8 +315,9 @@ def disk_message(store_dir, repo, revision, figures):
 class ProgressWriter:
     """Writes the bytes on disk of a running download to a JSON file every `interval` seconds.
 
-    Bytes done = the listed files' complete blobs + the client's .incomplete
-    files of this repo: what is on disk, whichever way the client writes.
+    Bytes done = the listed files' complete blobs + the client's partial
+    files of them (``<etag>[.<random>].incomplete`` in the blobs folder): what
+    is on disk, whichever way the client writes.
     """
 
     def __init__(self, path, store_dir, repo, revision, files, interval=1.0):
@@ -344,7 +345,8 @@ class ProgressWriter:
             if name in wanted and size == wanted[name]:
                 done += size
                 files_done += 1
-            elif name.endswith('.incomplete') and name[:-len('.incomplete')] in wanted:
+            elif name.endswith('.incomplete') and name.split('.', 1)[0] in wanted:
+                # <etag>.incomplete, or <etag>.<random>.incomplete (huggingface_hub 2.4's private temporary name)
                 done += size
         now = time.time()
         rate = 0.0
