@@ -957,7 +957,11 @@ def check_ups(ctx, severity):
     if rc == 0 and status:
         return make_check('ups', severity, 'pass', 'UPS %s answers through NUT: ups.status %s.' % (name, status),
                           fix=fix)
-    said = ' '.join(((err or '') + ' ' + (out or '')).split()) or 'no answer (exit code %s)' % rc
+    # upsc's own words; its "Init SSL without certificate database" notice
+    # (NUT built with SSL, none set up) says nothing about the UPS.
+    lines = [line.strip() for line in ((err or '') + '\n' + (out or '')).splitlines()
+             if line.strip() and not line.strip().startswith('Init SSL')]
+    said = ' '.join(lines) or 'no answer (exit code %s)' % rc
     return make_check(
         'ups', severity, 'problem',
         'UPS %s is set up in %s (driver %s, port %s) but NUT cannot read it: upsc %s ups.status says "%s".'
