@@ -100,15 +100,15 @@ def test_the_full_vault_resolves_and_the_derived_values_come_from_one_place(owne
     proc = _check(owner, '--vault-password-file', 'vault-pass')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert 'sk-test' not in proc.stdout + proc.stderr
-    values = _debug(owner, 'llm-home', 'wireguard_vps,nginx_proxy_protocol_trusted,ups_enabled')
-    assert values == {'wireguard_vps': 'edge-vps', 'nginx_proxy_protocol_trusted': ['10.77.0.1'], 'ups_enabled': True}
-    values = _debug(owner, 'edge-vps', 'wireguard_public_address,vps_door_home_address,vps_door_server_names')
-    assert values == {'wireguard_public_address': '203.0.113.10', 'vps_door_home_address': '10.77.0.2',
-                      'vps_door_server_names': ['llm.example.org']}
+    values = _derived(owner)
+    assert values['llm-home'] == {'wireguard_vps': 'edge-vps', 'nginx_proxy_protocol_trusted': ['10.77.0.1'],
+                                  'ups_enabled': True}
+    assert values['edge-vps'] == {'wireguard_public_address': '203.0.113.10', 'vps_door_home_address': '10.77.0.2',
+                                  'vps_door_server_names': ['llm.example.org']}
     # One place: the VPS's address changed in hosts.yml alone moves its public address.
     hosts = owner / 'home' / 'hosts.yml'
     hosts.write_text(hosts.read_text().replace('ansible_host: 203.0.113.10', 'ansible_host: 198.51.100.7'))
-    assert _debug(owner, 'edge-vps', 'wireguard_public_address') == {'wireguard_public_address': '198.51.100.7'}
+    assert _derived(owner)['edge-vps']['wireguard_public_address'] == '198.51.100.7'
 
 
 def test_without_a_vps_the_tunnel_values_are_empty_and_the_inventory_resolves(owner):
@@ -119,8 +119,46 @@ def test_without_a_vps_the_tunnel_values_are_empty_and_the_inventory_resolves(ow
     hosts.write_text(yaml.safe_dump(inventory))
     proc = _check(owner, '--vault-password-file', 'vault-pass')
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _debug(owner, 'llm-home', 'wireguard_vps,nginx_proxy_protocol_trusted') == {
-        'wireguard_vps': '', 'nginx_proxy_protocol_trusted': []}
+    assert _derived(owner)['llm-home'] == {'wireguard_vps': '', 'nginx_proxy_protocol_trusted': [],
+                                           'ups_enabled': True}
+
+
+# The values the example leaves to the roles to derive from the inventory,
+# per host: the roles' defaults (and vps_door's vars) loaded as the roles load
+# them, resolved on that host.
+_DERIVED = {'llm-home': ['wireguard_vps', 'nginx_proxy_protocol_trusted', 'ups_enabled'],
+            'edge-vps': ['wireguard_public_address', 'vps_door_home_address', 'vps_door_server_names']}
+_ROLE_VARS = ['nginx/defaults/main.yml', 'wireguard/defaults/main.yml', 'vps_door/defaults/main.yml']
+
+
+def _derived(owner):
+    """Per host, the values the example leaves to the roles to derive."""
+    playbook = owner / 'derived.yml'
+    playbook.write_text(yaml.safe_dump([{
+        'hosts': 'all', 'gather_facts': False,
+        'vars': {'wanted': _DERIVED, 'role_files': [f.replace('/', '_').replace('.', '_') for f in _ROLE_VARS]},
+        'tasks': [
+            # A role's vars/ win over the inventory, as include_vars does; its defaults do not: each
+            # file under a name of its own, used only where the inventory sets nothing.
+            {'ansible.builtin.include_vars': {'file': os.path.join(REPO, 'roles', 'vps_door', 'vars', 'main.yml')}},
+            {'ansible.builtin.include_vars': {'file': os.path.join(REPO, 'roles') + '/{{ item }}',
+                                              'name': "{{ item | replace('/', '_') | replace('.', '_') }}"},
+             'loop': _ROLE_VARS},
+            {'ansible.builtin.copy': {
+                'content': "{% set found = {} %}{% for name in wanted[inventory_hostname] %}"
+                           "{% if name in hostvars[inventory_hostname] %}{% set _ = found.update({name: vars[name]}) %}"
+                           "{% else %}{% for file in role_files if name in vars[file] %}"
+                           "{% set _ = found.update({name: vars[file][name]}) %}{% endfor %}{% endif %}"
+                           "{% endfor %}{{ found | to_json }}",
+                'dest': '{{ out }}/{{ inventory_hostname }}.json', 'mode': '0644'},
+             'delegate_to': 'localhost'},
+        ]}]))
+    out = owner / 'derived'
+    out.mkdir(exist_ok=True)
+    proc = _run(owner, os.path.join(BIN, 'ansible-playbook'), '-i', 'home', '--vault-password-file', 'vault-pass',
+                str(playbook), '-e', 'out=%s' % out, '-e', 'ansible_connection=local')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {path.stem: json.loads(path.read_text()) for path in out.glob('*.json')}
 
 
 def _debug(owner, host, names):
