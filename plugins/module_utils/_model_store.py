@@ -576,12 +576,12 @@ def main(argv=None):
     except ModelStoreError as exc:
         answer = dict(exc.details, failed=True, msg=str(exc))
     except Exception as exc:  # pylint: disable=broad-except
-        answer = {'failed': True, 'reason': 'error', 'msg': '%s@%s: %s: %s' % (args.repo, args.revision,
-                                                                                 type(exc).__name__, exc)}
+        answer = {'failed': True, 'reason': 'error',
+                  'msg': '%s@%s: %s: %s' % (args.repo, args.revision, type(exc).__name__, exc)}
     _atomic_write_json(args.result_file, answer, mode=0o600)
     sys.stdout.write(answer['msg'] + '\n')
     return 1 if answer['failed'] else 0
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    raise SystemExit(main())

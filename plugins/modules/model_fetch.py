@@ -73,11 +73,15 @@ options:
     description: With O(state=progress), how long to wait for the fetch to end before reporting where it is.
     type: float
     default: 10
-  job_file:
+  result_file:
     description:
-      - With O(state=progress), the async job's results file (C(results_file) of the task that started it); the
-        wait ends as soon as it says the job ended. Without it, the wait ends when the fetch reports done or failed.
+      - With O(state=progress), the file where the fetch running in the background writes its result (the model_store
+        role runs C(_model_store.py) as a command under systemd-run); the wait ends as soon as it is there. Without
+        it, the wait ends when the fetch reports done or failed.
     type: path
+  unit:
+    description: With O(result_file), the systemd unit that runs the fetch; when it is no longer active the wait ends.
+    type: str
 requirements:
   - huggingface_hub (2.4.0 is the version the collection installs into its virtual environment)
 extends_documentation_fragment:

@@ -90,7 +90,7 @@ def test_first_fetch_verifies_and_writes_the_manifest_last(hub, tmp_path, repo_d
     assert (manifest['format'], manifest['repo'], manifest['revision']) == (1, REPO, COMMIT)
     by_path = {entry['path']: entry for entry in manifest['files']}
     assert sorted(by_path) == ['config.json', BIG, 'tokenizer/tokenizer.json']
-    big_sha256, _ = _model_store.file_hashes(str(repo_dir / BIG))
+    big_sha256 = _model_store.file_hashes(str(repo_dir / BIG))[0]
     assert by_path[BIG]['lfs'] and by_path[BIG]['sha256'] == big_sha256 == by_path[BIG]['blob']
     assert by_path[BIG]['size'] == BIG_SIZE
     config_sha256, config_sha1 = _model_store.file_hashes(str(repo_dir / 'config.json'))
