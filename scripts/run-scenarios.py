@@ -40,8 +40,9 @@ CAUSE_LINE = re.compile(r"^[\s│]*(\[ERROR\]|fatal:|ERROR! |msg: \S|stderr: \S|
 TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # Longest first when there is no earlier timing to go by (a fresh clone's
 # full run of 2026-11-25, three at a time on 2 CPUs; only the order matters;
-# vllm_cpu, the real engine, is the longest).
-FALLBACK_ORDER = ("vllm_cpu", "remote", "nvidia_driver_decisions", "nvidia_driver", "proxy", "llamacpp",
+# first_day, the owner's whole path with the real engine, is the longest).
+FALLBACK_ORDER = ("first_day", "vllm_cpu", "remote", "model_store", "nvidia_driver_decisions", "nvidia_driver",
+                  "proxy", "llamacpp",
                   "container_runtime", "gpu_watchdog", "proxy_acme", "http_ban", "default", "monitoring", "ups", "vllm", "cuda_toolkit",
                   "preflight_failures", "bad_input")
 

@@ -1,0 +1,256 @@
+# -*- coding: utf-8 -*-
+# Copyright: homelab.llm_server maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The owner of the first_day scenario: runs the README's quick start as written.
+
+    python3 owner.py quick-start --workdir DIR --edits EDITS.json
+    python3 owner.py run N --workdir DIR
+
+The commands are read from the README's "Quick start" section (its ```sh
+blocks), so the README and the test cannot drift. They run in DIR/clone, a
+copy of this checkout as the owner's `git clone` would leave it (the
+checkout's files linked, inventories/ copied), with an environment free of
+Molecule's and the test runner's Ansible settings. Three commands are not
+run as written, each for a reason outside the project:
+
+- `git clone ...`: the test is that clone (nothing can be cloned here);
+- `python3 -m venv .venv`: the clone shares the checkout's venv; the
+  `pip install -r requirements-controller.txt` after it runs as written;
+- `ansible-galaxy collection install -r requirements.yml`: no Galaxy server
+  can be reached; instead every collection it names must already be
+  installed (the `ansible` package brings them), with a version it accepts.
+
+`$EDITOR FILE` runs with EDITOR set to this script's `edit` command, which
+makes the edits of EDITS.json (the owner's: addresses, the model, keys) and
+nothing else; the keys come from the README's own key command. Passwords
+that ansible-vault and `--ask-vault-pass` ask for are typed on stdin.
+
+`quick-start` runs everything up to the playbook (the inventory copied and
+edited, the vault made and encrypted); `run N` runs the playbook command and
+writes DIR/run-N.json: its exit code, wall time, the recap per host and the
+lines of its output that say why it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+VAULT_PASSWORD = 'first-day vault passphrase'
+# Kept from the test runner's environment: the strategy the README suggests
+# exporting (mitogen), and nothing else of Ansible's or Molecule's.
+KEEP_ENV = ('ANSIBLE_STRATEGY', 'ANSIBLE_STRATEGY_PLUGINS')
+RECAP = re.compile(r'^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$')
+
+
+def quick_start_commands(readme: Path = REPO / 'README.md') -> list[str]:
+    """The shell commands of the README's quick start, in order (comments dropped)."""
+    text = readme.read_text()
+    match = re.search(r'^#+ Quick start\b.*?$(?P<body>.*?)(?=^#{1,2} )', text, re.MULTILINE | re.DOTALL)
+    if not match:
+        raise SystemExit('README.md has no "Quick start" section')
+    commands = []
+    for block in re.findall(r'^```(?:sh|bash|shell)\n(.*?)^```', match.group('body'), re.MULTILINE | re.DOTALL):
+        for line in re.sub(r'\\\n\s*', '', block).splitlines():
+            line = re.sub(r'\s+#\s.*$', '', line).strip()
+            if line and not line.startswith('#'):
+                commands.append(line)
+    return commands
+
+
+def owner_env(workdir: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(('ANSIBLE_', 'MOLECULE_', 'PYTEST_')) or key in KEEP_ENV}
+    env.pop('PYTHONPATH', None)
+    env['HOME'] = str(workdir / 'home')
+    env['PATH'] = os.pathsep.join([str(REPO / '.venv' / 'bin'), env.get('PATH', '/usr/bin:/bin')])
+    return env
+
+
+def make_clone(workdir: Path) -> Path:
+    """DIR/clone: the checkout's files linked, its inventories copied (the owner writes there)."""
+    clone = workdir / 'clone'
+    if clone.exists():
+        subprocess.run(['rm', '-rf', str(clone)], check=True)
+    clone.mkdir(parents=True)
+    (workdir / 'home').mkdir(exist_ok=True)
+    for entry in REPO.iterdir():
+        if entry.name in ('.git', 'inventories', '.cache', 'build'):
+            continue
+        (clone / entry.name).symlink_to(entry)
+    (clone / 'inventories').mkdir()
+    subprocess.run(['cp', '-r', str(REPO / 'inventories' / 'example'), str(clone / 'inventories' / 'example')],
+                   check=True)
+    return clone
+
+
+def check_collections(clone: Path, env: dict[str, str]) -> list[str]:
+    """Instead of `ansible-galaxy collection install -r requirements.yml`: each one is there already."""
+    wanted = yaml.safe_load((clone / 'requirements.yml').read_text())['collections']
+    proc = subprocess.run([str(REPO / '.venv' / 'bin' / 'ansible-galaxy'), 'collection', 'list', '--format', 'json'],
+                          cwd=clone, env=env, capture_output=True, text=True, check=True)
+    installed = {}
+    for collections in json.loads(proc.stdout).values():
+        for name, info in collections.items():
+            installed.setdefault(name, info.get('version'))
+    missing = [item['name'] for item in wanted if item['name'] not in installed]
+    if missing:
+        raise SystemExit('requirements.yml names collections that are not installed: %s' % ', '.join(missing))
+    return ['%s %s' % (item['name'], installed[item['name']]) for item in wanted]
+
+
+def run_shell(command: str, clone: Path, env: dict[str, str], stdin: str = '', log=None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', command], cwd=clone, env=env, input=stdin,
+                          capture_output=True, text=True, check=False)
+    if log is not None:
+        log.write('$ %s\n%s%s\n' % (command, proc.stdout, proc.stderr))
+    if proc.returncode != 0:
+        raise SystemExit('quick start command failed (%d): %s\n%s%s'
+                         % (proc.returncode, command, proc.stdout, proc.stderr))
+    return proc
+
+
+def quick_start(workdir: Path, edits_file: Path) -> None:
+    commands = quick_start_commands()
+    playbook = [c for c in commands if 'ansible-playbook' in c and 'playbooks/site.yml' in c]
+    if len(playbook) != 1:
+        raise SystemExit('the quick start must have one site.yml command, it has %d' % len(playbook))
+    clone = make_clone(workdir)
+    env = owner_env(workdir)
+    env['EDITOR'] = '%s %s edit --edits %s' % (shlex.quote(sys.executable), shlex.quote(__file__),
+                                               shlex.quote(str(edits_file)))
+    done = []
+    keys = []
+    with (workdir / 'quick-start.log').open('w') as log:
+        for command in commands[:commands.index(playbook[0])]:
+            if command.startswith('git clone'):
+                done.append({'command': command, 'ran': False, 'why': 'the test runs in a copy of this checkout'})
+                continue
+            if 'ansible-galaxy collection install' in command:
+                found = check_collections(clone, env)
+                done.append({'command': command, 'ran': False, 'why': 'no Galaxy server: checked installed',
+                             'collections': found})
+                continue
+            if command.startswith('python3 -m venv .venv && '):
+                command = command.split(' && ', 1)[1]
+            stdin = '%s\n%s\n' % (VAULT_PASSWORD, VAULT_PASSWORD) if 'ansible-vault' in command else ''
+            if '$EDITOR' in command:
+                env['OWNER_API_KEYS'] = json.dumps(keys)
+            proc = run_shell(command, clone, env, stdin=stdin, log=log)
+            if command.startswith('cp -r inventories/example inventories/home'):
+                # The quick start's "edit" step comes right after the copy.
+                edit_inventory(clone, json.loads(edits_file.read_text()))
+            if 'secrets' in command and proc.stdout.startswith('sk-'):
+                # The README's key command, once per client the example lists.
+                keys.append(proc.stdout.strip())
+                keys.append(run_shell(command, clone, env, log=log).stdout.strip())
+            done.append({'command': command, 'ran': True})
+        if not keys:
+            raise SystemExit('the quick start has no command that makes an API key')
+        if '$ANSIBLE_VAULT;' not in (clone / 'inventories' / 'home' / 'group_vars' / 'gpu_servers' / 'vault.yml'
+                                     ).read_text().splitlines()[0]:
+            raise SystemExit('the vault is not encrypted after the quick start')
+    (workdir / 'quick-start.json').write_text(json.dumps({'commands': done, 'playbook': playbook[0],
+                                                         'api_keys': keys}, indent=1))
+
+
+def edit(path: Path, edits_file: Path) -> None:
+    """The owner at their editor: EDITS.json says, per file of the inventory, which values to set."""
+    edits = json.loads(edits_file.read_text())
+    relative = os.path.relpath(path.resolve(), Path.cwd().resolve())
+    wanted = edits.get(relative.replace('inventories/home/', '', 1))
+    if wanted is None:
+        raise SystemExit('the owner has no edits for %s' % relative)
+    keys = json.loads(os.environ.get('OWNER_API_KEYS', '[]'))
+    content = yaml.safe_load(path.read_text()) or {}
+    for name, value in wanted.items():
+        if isinstance(value, str) and value.startswith('@api_key:'):
+            value = keys[int(value.split(':', 1)[1])]
+        content[name] = value
+    path.write_text('---\n' + yaml.safe_dump(content, sort_keys=False))
+
+
+def edit_inventory(clone: Path, edits: dict) -> None:
+    """The quick start's "edit" step on the copied inventory (addresses, the model, the UPS, the name)."""
+    for relative, values in edits.items():
+        if relative.endswith('vault.yml'):
+            continue
+        path = clone / 'inventories' / 'home' / relative
+        if relative == 'hosts.yml':
+            inventory = yaml.safe_load(path.read_text())
+            for group, hosts in values.items():
+                for host, host_values in hosts.items():
+                    inventory['all']['children'][group]['hosts'][host].update(host_values)
+            path.write_text('---\n' + yaml.safe_dump(inventory, sort_keys=False))
+            continue
+        content = yaml.safe_load(path.read_text()) if path.exists() else {}
+        content.update(values)
+        path.write_text('---\n' + yaml.safe_dump(content, sort_keys=False))
+
+
+def run(workdir: Path, number: int) -> dict:
+    info = json.loads((workdir / 'quick-start.json').read_text())
+    clone = workdir / 'clone'
+    env = owner_env(workdir)
+    log_path = workdir / ('run-%d.log' % number)
+    started = time.monotonic()
+    with log_path.open('w') as log:
+        proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', info['playbook']], cwd=clone, env=env,
+                              input='%s\n' % VAULT_PASSWORD, stdout=log, stderr=subprocess.STDOUT, text=True,
+                              check=False)
+    seconds = time.monotonic() - started
+    output = log_path.read_text()
+    recap = {}
+    for line in output.split('PLAY RECAP', 1)[-1].splitlines():
+        match = RECAP.match(line.strip())
+        if match:
+            recap[match.group('host')] = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', match.group('counts'))}
+    reasons = [line.strip() for line in output.splitlines()
+               if re.search(r'fatal:|FAILED!|ERROR|reboot required|msg:', line)][:40]
+    result = {'run': number, 'rc': proc.returncode, 'seconds': round(seconds, 1), 'recap': recap,
+              'reasons': reasons, 'log': str(log_path), 'tail': output.splitlines()[-60:]}
+    (workdir / ('run-%d.json' % number)).write_text(json.dumps(result, indent=1))
+    # Kept after the scenario's destroy, beside the scenario runner's logs.
+    kept = REPO / 'build' / 'logs' / 'first_day'
+    kept.mkdir(parents=True, exist_ok=True)
+    (kept / log_path.name).write_text(output)
+    print(json.dumps({k: v for k, v in result.items() if k != 'tail'}))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest='what', required=True)
+    start = sub.add_parser('quick-start')
+    start.add_argument('--workdir', type=Path, required=True)
+    start.add_argument('--edits', type=Path, required=True)
+    again = sub.add_parser('run')
+    again.add_argument('number', type=int)
+    again.add_argument('--workdir', type=Path, required=True)
+    editor = sub.add_parser('edit')
+    editor.add_argument('path', type=Path)
+    editor.add_argument('--edits', type=Path, required=True)
+    sub.add_parser('commands')
+    args = parser.parse_args()
+    if args.what == 'quick-start':
+        quick_start(args.workdir, args.edits)
+    elif args.what == 'run':
+        run(args.workdir, args.number)
+    elif args.what == 'edit':
+        edit(args.path, args.edits)
+    else:
+        print('\n'.join(quick_start_commands()))
+
+
+if __name__ == '__main__':
+    main()
