@@ -39,9 +39,12 @@ PHASE_LINE = re.compile(r"(?P<scenario>\S+) ➜ (?P<phase>\w+): (?P<what>Executi
 CAUSE_LINE = re.compile(r"^[\s│]*(\[ERROR\]|fatal:|ERROR! |msg: \S|stderr: \S|stdout: \S)")
 TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # Longest first when there is no earlier timing to go by (a fresh clone's
-# full run of 2026-11-25, three at a time on 2 CPUs; only the order matters;
-# first_day, the owner's whole path with the real engine, is the longest).
-FALLBACK_ORDER = ("first_day", "vllm_cpu", "remote", "model_store", "nvidia_driver_decisions", "nvidia_driver",
+# full run of 2026-11-25, three at a time on 2 CPUs; only the order matters),
+# except first_day: the owner's whole path installs and starts vLLM's CPU
+# build too, so it starts once vllm_cpu's failover checks are past instead of
+# beside them (a fresh clone's run with both from the start cut a request at
+# a load average of 16).
+FALLBACK_ORDER = ("vllm_cpu", "remote", "model_store", "nvidia_driver_decisions", "first_day", "nvidia_driver",
                   "proxy", "llamacpp",
                   "container_runtime", "gpu_watchdog", "proxy_acme", "http_ban", "default", "monitoring", "ups", "vllm", "cuda_toolkit",
                   "preflight_failures", "bad_input")
