@@ -121,7 +121,7 @@ class ActionModule(ActionBase):
         unresolved = {}
         checked = 0
         for variable in sorted(task_vars):
-            if variable in _NOT_INVENTORY or variable.startswith('ansible_facts'):
+            if variable in _NOT_INVENTORY:
                 continue
             checked += 1
             try:
