@@ -29,6 +29,17 @@ that ansible-vault and `--ask-vault-pass` ask for are typed on stdin.
 edited, the vault made and encrypted); `run N` runs the playbook command and
 writes DIR/run-N.json: its exit code, wall time, the recap per host and the
 lines of its output that say why it stopped.
+
+After the quick start, the owner runs the commands of "Operating it", also
+read from the README:
+
+    python3 owner.py plan --workdir DIR --report-dir OUT     # "Change a model": plan.yml
+    python3 owner.py health --workdir DIR --out OUT.json     # "Check health": the ssh commands
+    python3 owner.py console --workdir DIR --out OUT.png     # "Check health": ssh -L, then the page
+    python3 owner.py call --name NAME --model M --cacert F   # the quick start's curl, printed
+
+`ssh llm-home` finds the server through an ~/.ssh/config written from the
+owner's hosts.yml; the tunnel's local end is a free port instead of 9090.
 """
 
 from __future__ import annotations
@@ -38,9 +49,11 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -53,12 +66,15 @@ KEEP_ENV = ('ANSIBLE_STRATEGY', 'ANSIBLE_STRATEGY_PLUGINS')
 RECAP = re.compile(r'^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$')
 
 
-def quick_start_commands(readme: Path = REPO / 'README.md') -> list[str]:
-    """The shell commands of the README's quick start, in order (comments dropped)."""
+def readme_commands(section: str, readme: Path = REPO / 'README.md') -> list[str]:
+    """The shell commands of one section of the README, in order (comments dropped)."""
     text = readme.read_text()
-    match = re.search(r'^#+ Quick start\b.*?$(?P<body>.*?)(?=^#{1,2} )', text, re.MULTILINE | re.DOTALL)
-    if not match:
-        raise SystemExit('README.md has no "Quick start" section')
+    heading = re.search(r'^(?P<level>#+) %s\b.*$' % re.escape(section), text, re.MULTILINE)
+    if not heading:
+        raise SystemExit('README.md has no "%s" section' % section)
+    # The section ends at the next heading of its level or above.
+    match = re.match(r'(?P<body>.*?)(?=^#{1,%d} |\Z)' % len(heading.group('level')), text[heading.end():],
+                     re.MULTILINE | re.DOTALL)
     commands = []
     for block in re.findall(r'^```(?:sh|bash|shell)\n(.*?)^```', match.group('body'), re.MULTILINE | re.DOTALL):
         for line in re.sub(r'\\\n\s*', '', block).splitlines():
@@ -66,6 +82,11 @@ def quick_start_commands(readme: Path = REPO / 'README.md') -> list[str]:
             if line and not line.startswith('#'):
                 commands.append(line)
     return commands
+
+
+def quick_start_commands(readme: Path = REPO / 'README.md') -> list[str]:
+    """The shell commands of the README's quick start, in order (comments dropped)."""
+    return readme_commands('Quick start', readme)
 
 
 def owner_env(workdir: Path) -> dict[str, str]:
@@ -228,6 +249,129 @@ def run(workdir: Path, number: int) -> dict:
     return result
 
 
+def owner_inventory(clone: Path) -> tuple[dict, dict]:
+    """The owner's hosts.yml and group_vars/all/vars.yml, as edited."""
+    home = clone / 'inventories' / 'home'
+    return (yaml.safe_load((home / 'hosts.yml').read_text()),
+            yaml.safe_load((home / 'group_vars' / 'all' / 'vars.yml').read_text()))
+
+
+def write_ssh_config(workdir: Path) -> Path:
+    """The owner's ~/.ssh/config: `ssh llm-home` reaches the server as the inventory says."""
+    hosts, common = owner_inventory(workdir / 'clone')
+    lines = []
+    for group in hosts['all']['children'].values():
+        for name, values in (group.get('hosts') or {}).items():
+            lines += ['Host %s' % name, '  HostName %s' % values['ansible_host'],
+                      '  User %s' % common['ansible_user'], '  IdentityFile %s' % common['ansible_ssh_private_key_file'],
+                      '  UserKnownHostsFile %s' % (workdir / 'home' / '.ssh' / 'known_hosts'),
+                      '  BatchMode yes', '']
+    path = workdir / 'home' / '.ssh' / 'config'
+    path.write_text('\n'.join(lines))
+    path.chmod(0o600)
+    return path
+
+
+def ssh_env(workdir: Path) -> dict[str, str]:
+    """The owner's environment for `ssh llm-home ...`: ssh reads ~/.ssh/config from the account's home
+    directory, not from $HOME, so an `ssh` first on PATH passes the owner's config with -F."""
+    config = write_ssh_config(workdir)
+    bindir = workdir / 'home' / 'bin'
+    bindir.mkdir(exist_ok=True)
+    wrapper = bindir / 'ssh'
+    wrapper.write_text('#!/bin/sh\nexec /usr/bin/ssh -F %s "$@"\n' % shlex.quote(str(config)))
+    wrapper.chmod(0o755)
+    env = owner_env(workdir)
+    env['PATH'] = os.pathsep.join([str(bindir), env['PATH']])
+    return env
+
+
+def section_command(section: str, pattern: str) -> str:
+    found = [c for c in readme_commands(section) if re.search(pattern, c)]
+    if len(found) != 1:
+        raise SystemExit('README.md\'s "%s" has %d commands matching %r, not one' % (section, len(found), pattern))
+    return found[0]
+
+
+def plan(workdir: Path, report_dir: Path) -> None:
+    """The README's plan command ("Change a model") as written, its report also kept as a file."""
+    command = section_command('Change a model', r'playbooks/plan\.yml')
+    report_dir.mkdir(parents=True, exist_ok=True)
+    with (workdir / 'plan.log').open('w') as log:
+        run_shell('%s -e plan_report_dir=%s' % (command, shlex.quote(str(report_dir))), workdir / 'clone',
+                  owner_env(workdir), stdin='%s\n' % VAULT_PASSWORD, log=log)
+
+
+def health(workdir: Path, out: Path) -> None:
+    """The README's "Check health" commands that ask the server over SSH, as written; their output as JSON."""
+    env = ssh_env(workdir)
+    results = []
+    for command in readme_commands('Check health'):
+        words = shlex.split(command)
+        if words[0] != 'ssh' or '-L' in words:
+            continue
+        proc = run_shell(command, workdir / 'clone', env)
+        results.append({'command': command, 'output': proc.stdout})
+    if not results:
+        raise SystemExit('README.md\'s "Check health" has no command run over ssh')
+    out.write_text(json.dumps(results, indent=1))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+def console(workdir: Path, out: Path) -> None:
+    """The README's console page: its `ssh -L` command, then the page rendered in headless Chromium.
+
+    The local end of the tunnel is a free port instead of 9090 (the test host may run scenarios side by
+    side); the rest of the command is the README's."""
+    env = ssh_env(workdir)
+    command = section_command('Check health', r'^ssh -L ')
+    match = re.match(r'^ssh -L (?P<local>\d+):(?P<remote>[^ ]+) (?P<host>\S+)$', command)
+    if not match:
+        raise SystemExit('the README\'s tunnel command has changed: %s' % command)
+    port = free_port()
+    argv = ['ssh', '-N', '-o', 'ExitOnForwardFailure=yes', '-L', '%d:%s' % (port, match.group('remote')),
+            match.group('host')]
+    tunnel = subprocess.Popen(argv, cwd=workdir / 'clone', env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if tunnel.poll() is not None:
+                raise SystemExit('%s exited %d: %s' % (' '.join(argv), tunnel.returncode, tunnel.stderr.read()))
+            try:
+                socket.create_connection(('127.0.0.1', port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit('the tunnel of %s did not open within 30 s' % ' '.join(argv)) from None
+                time.sleep(0.1)
+        page = 'http://127.0.0.1:%d/consoles/llm-overview.html' % port
+        # The page's time control reads its range from the fragment: the last 10 minutes.
+        fragment = '#pctc' + urllib.parse.quote(json.dumps({'duration': 600, 'endTime': 0}))
+        proc = subprocess.run([sys.executable, str(REPO / 'tests' / 'monitoring' / 'screenshot.py'), '--url',
+                               page + fragment, '--out', str(out)], capture_output=True, text=True, check=False)
+        print(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise SystemExit('the console page through the README\'s tunnel: screenshot.py exited %d' % proc.returncode)
+    finally:
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+
+
+def call(name: str, model: str, cacert: str) -> None:
+    """The quick start's curl command (step 5) for the owner's name and model: print it.
+
+    A public CA's certificate needs no --cacert; the test's ACME server is not one."""
+    command = section_command('Quick start', r'^curl ')
+    command = command.replace('https://llm.example.org', 'https://%s' % name).replace('"qwen3-32b"', '"%s"' % model)
+    print(command.replace('curl ', 'curl --fail-with-body --cacert %s ' % shlex.quote(cacert), 1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest='what', required=True)
@@ -241,6 +385,19 @@ def main() -> None:
     editor.add_argument('path', type=Path)
     editor.add_argument('--edits', type=Path, required=True)
     sub.add_parser('commands')
+    planner = sub.add_parser('plan')
+    planner.add_argument('--workdir', type=Path, required=True)
+    planner.add_argument('--report-dir', type=Path, required=True)
+    checker = sub.add_parser('health')
+    checker.add_argument('--workdir', type=Path, required=True)
+    checker.add_argument('--out', type=Path, required=True)
+    page = sub.add_parser('console')
+    page.add_argument('--workdir', type=Path, required=True)
+    page.add_argument('--out', type=Path, required=True)
+    caller = sub.add_parser('call')
+    caller.add_argument('--name', required=True)
+    caller.add_argument('--model', required=True)
+    caller.add_argument('--cacert', required=True)
     args = parser.parse_args()
     if args.what == 'quick-start':
         quick_start(args.workdir, args.edits)
@@ -248,6 +405,14 @@ def main() -> None:
         run(args.workdir, args.number)
     elif args.what == 'edit':
         edit(args.path, args.edits)
+    elif args.what == 'plan':
+        plan(args.workdir, args.report_dir)
+    elif args.what == 'health':
+        health(args.workdir, args.out)
+    elif args.what == 'console':
+        console(args.workdir, args.out)
+    elif args.what == 'call':
+        call(args.name, args.model, args.cacert)
     else:
         print('\n'.join(quick_start_commands()))
 

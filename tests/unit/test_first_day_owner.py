@@ -1,0 +1,59 @@
+"""The README commands the first_day scenario (and so `make demo`) runs as written are there, in the
+shape tests/first_day/owner.py reads them: a README edit that breaks the scenario fails here in a second
+instead of 25 minutes into it."""
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("first_day_owner", ROOT / "tests" / "first_day" / "owner.py")
+owner = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(owner)
+
+
+def test_the_quick_start_has_the_steps_the_owner_follows():
+    commands = owner.quick_start_commands()
+    assert commands[0].startswith("git clone ")
+    assert "cp -r inventories/example inventories/home" in commands
+    assert any("secrets.token_urlsafe" in command for command in commands)
+    assert any(command.startswith("$EDITOR ") and command.endswith("vault.yml") for command in commands)
+    assert any("ansible-vault encrypt" in command for command in commands)
+    [playbook] = [c for c in commands if "ansible-playbook" in c and "playbooks/site.yml" in c]
+    assert "-i inventories/home" in playbook and "--ask-vault-pass" in playbook
+    # Step 5's call comes after the playbook.
+    assert commands.index(owner.section_command("Quick start", r"^curl ")) > commands.index(playbook)
+
+
+def test_a_section_ends_at_the_next_heading_of_its_level():
+    readme = ROOT / "build" / "owner-test-README.md"
+    readme.parent.mkdir(exist_ok=True)
+    readme.write_text("## One\n\n### Sub\n\n```sh\necho a   # why\n```\n\n## Two\n\n```sh\necho b \\\n  c\n```\n")
+    assert owner.readme_commands("One", readme) == ["echo a"]
+    assert owner.readme_commands("Sub", readme) == ["echo a"]
+    assert owner.readme_commands("Two", readme) == ["echo b c"]
+    with pytest.raises(SystemExit, match='no "Three" section'):
+        owner.readme_commands("Three", readme)
+
+
+def test_the_operating_commands_the_scenario_runs_are_found():
+    assert "playbooks/plan.yml" in owner.section_command("Change a model", r"playbooks/plan\.yml")
+    tunnel = owner.section_command("Check health", r"^ssh -L ")
+    assert tunnel.endswith(" llm-home") and "127.0.0.1:9090" in tunnel
+    over_ssh = [c for c in owner.readme_commands("Check health") if c.startswith("ssh llm-home ")]
+    assert len(over_ssh) >= 2
+
+
+def test_the_call_is_the_quick_starts_curl_for_the_owners_name_and_model():
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "first_day" / "owner.py"), "call", "--name",
+                           "llm.home.test", "--model", "tiny", "--cacert", "/etc/ca.pem"],
+                          capture_output=True, text=True, check=True)
+    command = proc.stdout.strip()
+    assert command.startswith("curl --fail-with-body --cacert /etc/ca.pem -N https://llm.home.test/v1/chat/completions ")
+    body = json.loads(command.split("-d ", 1)[1].strip("'"))
+    assert body["model"] == "tiny" and body["stream"] is True
+    assert '"Authorization: Bearer $LLM_API_KEY"' in command
