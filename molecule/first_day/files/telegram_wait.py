@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait for an alert's message at the Telegram stand-in (tests/telegram_bot_api/bot_api.py).
