@@ -29,9 +29,8 @@ def test_the_quick_start_has_the_steps_the_owner_follows():
     assert commands.index(owner.section_command("Quick start", r"^curl ")) > commands.index(playbook)
 
 
-def test_a_section_ends_at_the_next_heading_of_its_level():
-    readme = ROOT / "build" / "owner-test-README.md"
-    readme.parent.mkdir(exist_ok=True)
+def test_a_section_ends_at_the_next_heading_of_its_level(tmp_path):
+    readme = tmp_path / "README.md"
     readme.write_text("## One\n\n### Sub\n\n```sh\necho a   # why\n```\n\n## Two\n\n```sh\necho b \\\n  c\n```\n")
     assert owner.readme_commands("One", readme) == ["echo a"]
     assert owner.readme_commands("Sub", readme) == ["echo a"]

@@ -3,11 +3,14 @@
 """Wait for an alert's message at the Telegram stand-in (tests/telegram_bot_api/bot_api.py).
 
     telegram_wait.py RECORD --after-line N --alert NAME --state FIRING|RESOLVED --timeout S
+    telegram_wait.py RECORD --count
 
 Polls RECORD (one JSON line per sendMessage the stand-in answered) for a
 message that Telegram accepted (ok), written after its first N lines, whose
 text names NAME in the state given. Prints that message as JSON and exits
-0; after the deadline prints what did arrive and exits 1.
+0; after the deadline prints what did arrive and exits 1. With --count it
+prints how many messages RECORD holds now (0 before the first), for
+--after-line.
 """
 
 import argparse
@@ -16,23 +19,32 @@ import sys
 import time
 
 
-def messages(record, after):
+def lines_of(record):
     try:
         with open(record, encoding='utf-8') as handle:
-            lines = handle.read().splitlines()[after:]
+            return handle.read().splitlines()
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in lines if line.strip()]
+
+
+def messages(record, after):
+    return [json.loads(line) for line in lines_of(record)[after:] if line.strip()]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
     parser.add_argument('record')
     parser.add_argument('--after-line', type=int, default=0)
-    parser.add_argument('--alert', required=True)
-    parser.add_argument('--state', choices=['FIRING', 'RESOLVED'], required=True)
+    parser.add_argument('--count', action='store_true')
+    parser.add_argument('--alert')
+    parser.add_argument('--state', choices=['FIRING', 'RESOLVED'])
     parser.add_argument('--timeout', type=float, default=120)
     args = parser.parse_args()
+    if args.count:
+        print(len(lines_of(args.record)))
+        return 0
+    if not args.alert or not args.state:
+        parser.error('--alert and --state are required to wait')
     started = time.monotonic()
     deadline = started + args.timeout
     while True:
