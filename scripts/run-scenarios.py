@@ -37,6 +37,8 @@ PHASE_LINE = re.compile(r"(?P<scenario>\S+) ➜ (?P<phase>\w+): (?P<what>Executi
 # Lines that say why a play failed, for the digest at the end of the run
 # (Molecule frames Ansible's output in "│ ").
 CAUSE_LINE = re.compile(r"^[\s│]*(\[ERROR\]|fatal:|ERROR! |msg: \S|stderr: \S|stdout: \S)")
+# How much of one cause (a message and its wrapped lines) the summary keeps.
+CAUSE_CHARS = 600
 TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # Longest first when there is no earlier timing to go by (a fresh clone's
 # full run of 2026-11-25, three at a time on 2 CPUs; only the order matters),
@@ -85,6 +87,39 @@ def fmt(seconds: float) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
+class Causes:
+    """Why a scenario failed, read from its log line by line: the last two
+    failing tasks, each with up to five of its error lines, a message the
+    callback wrapped kept whole (up to CAUSE_CHARS)."""
+
+    def __init__(self) -> None:
+        self.groups: list[list[str]] = []
+        self.last_task = ""
+        self.continued: int | None = None  # the indent of the cause line being continued
+
+    def feed(self, plain: str) -> None:
+        task = TASK_LINE.match(plain)
+        text = plain.strip(" │\n")
+        indent = len(plain) - len(plain.lstrip(" │"))
+        if task:
+            self.last_task = task["task"]
+            self.continued = None
+        elif CAUSE_LINE.match(plain):
+            # Expected failures (ignored, rescued) come before the one that
+            # stopped the scenario: the last two tasks count.
+            if self.last_task or not self.groups:
+                self.groups = self.groups[-1:] + [[f"TASK [{self.last_task}]"]]
+                self.last_task = ""
+            if len(self.groups[-1]) < 6:
+                self.groups[-1].append(text[:CAUSE_CHARS])
+                self.continued = indent
+        elif self.continued is not None and text and indent > self.continued:
+            # A message wrapped by the callback: its next lines belong to it.
+            self.groups[-1][-1] = (self.groups[-1][-1] + " " + text)[:CAUSE_CHARS]
+        else:
+            self.continued = None
+
+
 class Runner:
     def __init__(self, log_dir: Path, started: float):
         self.log_dir = log_dir
@@ -113,8 +148,7 @@ class Runner:
     def run_once(self, name: str) -> None:
         log_path = self.log_dir / f"{name}.log"
         failed_phase = None  # the first phase Molecule reported as failed
-        causes: list[list[str]] = []  # the last two failing tasks and their messages
-        last_task = ""
+        causes = Causes()
         phases: dict[str, float] = {}
         current: tuple[str, float] | None = None
         begin = time.monotonic()
@@ -128,17 +162,7 @@ class Runner:
             for line in proc.stdout:
                 log.write(line)
                 plain = ANSI.sub("", line)
-                task = TASK_LINE.match(plain)
-                if task:
-                    last_task = task["task"]
-                elif CAUSE_LINE.match(plain):
-                    # Expected failures (ignored, rescued) come before the
-                    # one that stopped the scenario: the last two tasks count.
-                    if last_task or not causes:
-                        causes = causes[-1:] + [[f"TASK [{last_task}]"]]
-                        last_task = ""
-                    if len(causes[-1]) < 6:
-                        causes[-1].append(plain.strip(" │\n")[:300])
+                causes.feed(plain)
                 match = PHASE_LINE.search(plain)
                 if not match or match["scenario"] != name:
                     continue
@@ -155,7 +179,7 @@ class Runner:
         if rc != 0 and failed_phase is None:
             failed_phase = current[0] if current else "startup"
         self.results[name] = {"seconds": round(seconds, 1), "rc": rc, "failed_phase": failed_phase,
-                              "causes": causes,
+                              "causes": causes.groups,
                               "phases": {k: round(v, 1) for k, v in phases.items()}}
         if rc == 0:
             self.say(f"{name}: passed in {fmt(seconds)}")

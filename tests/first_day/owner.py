@@ -219,6 +219,36 @@ def edit_inventory(clone: Path, edits: dict) -> None:
         path.write_text('---\n' + yaml.safe_dump(content, sort_keys=False))
 
 
+def failed_tasks(output: str, keep: int = 3) -> list[str]:
+    """The last tasks that failed in a run's log, each as 'TASK [name] error',
+    so a failure's summary names it (errors ignored by the play are left out)."""
+    failures: list[str] = []
+    task = ''
+    for line in output.splitlines():
+        if line.startswith('TASK [') or line.startswith('RUNNING HANDLER ['):
+            task = line.split('[', 1)[1].rsplit(']', 1)[0]
+        elif line.startswith('[ERROR]: '):
+            failures.append('TASK [%s] %s' % (task, line[len('[ERROR]: '):][:300]))
+        elif line.strip() == '...ignoring' and failures:
+            failures.pop()
+    return failures[-keep:]
+
+
+def changed_tasks(output: str, keep: int = 10) -> list[str]:
+    """The first tasks that reported a change, each as 'TASK [name] on host': what a
+    run that should change nothing changed."""
+    changed: list[str] = []
+    task = ''
+    for line in output.splitlines():
+        if line.startswith('TASK [') or line.startswith('RUNNING HANDLER ['):
+            task = line.split('[', 1)[1].rsplit(']', 1)[0]
+        elif line.startswith('changed: [') and len(changed) < keep:
+            entry = 'TASK [%s] on %s' % (task, line.split('[', 1)[1].split(']', 1)[0])
+            if entry not in changed:
+                changed.append(entry)
+    return changed
+
+
 def run(workdir: Path, number: int) -> dict:
     info = json.loads((workdir / 'quick-start.json').read_text())
     clone = workdir / 'clone'
@@ -239,7 +269,8 @@ def run(workdir: Path, number: int) -> dict:
     reasons = [line.strip() for line in output.splitlines()
                if re.search(r'fatal:|FAILED!|ERROR|reboot required|msg:', line)][:40]
     result = {'run': number, 'rc': proc.returncode, 'seconds': round(seconds, 1), 'recap': recap,
-              'reasons': reasons, 'log': str(log_path), 'tail': output.splitlines()[-60:]}
+              'failures': failed_tasks(output), 'changed_tasks': changed_tasks(output), 'reasons': reasons, 'log': str(log_path),
+              'tail': output.splitlines()[-60:]}
     (workdir / ('run-%d.json' % number)).write_text(json.dumps(result, indent=1))
     # Kept after the scenario's destroy, beside the scenario runner's logs.
     kept = REPO / 'build' / 'logs' / 'first_day'

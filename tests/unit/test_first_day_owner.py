@@ -56,3 +56,30 @@ def test_the_call_is_the_quick_starts_curl_for_the_owners_name_and_model():
     body = json.loads(command.split("-d ", 1)[1].strip("'"))
     assert body["model"] == "tiny" and body["stream"] is True
     assert '"Authorization: Bearer $LLM_API_KEY"' in command
+
+
+def test_a_failed_run_names_its_failing_task_and_leaves_out_ignored_errors():
+    log = (
+        "TASK [homelab.llm_server.ups : Probe] ***\n"
+        "[ERROR]: Task failed: probe refused\n"
+        "fatal: [llm-home]: FAILED! =>\n"
+        "...ignoring\n"
+        "TASK [homelab.llm_server.serving : Wait until a completion is answered by vllm-a] ***\n"
+        "[ERROR]: Task failed: Action failed: timed out after 900 s\n"
+        "fatal: [llm-home]: FAILED! =>\n"
+    )
+    assert owner.failed_tasks(log) == [
+        "TASK [homelab.llm_server.serving : Wait until a completion is answered by vllm-a] "
+        "Task failed: Action failed: timed out after 900 s"]
+
+
+def test_a_run_that_should_change_nothing_names_what_it_changed():
+    log = (
+        "TASK [homelab.llm_server.common : Install packages] ***\n"
+        "ok: [llm-home]\n"
+        "TASK [homelab.llm_server.monitoring : Install the alert rules] ***\n"
+        "changed: [llm-home] => (item=a.yml)\n"
+        "changed: [llm-home] => (item=b.yml)\n"
+        "ok: [edge-vps]\n"
+    )
+    assert owner.changed_tasks(log) == ["TASK [homelab.llm_server.monitoring : Install the alert rules] on llm-home"]
