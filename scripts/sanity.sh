@@ -25,8 +25,9 @@ subprocess.check_call([sys.executable, '-m', 'pip', 'install', '--quiet'] + args
 PY
 
 # Outside the checkout: inside it, ansible-test would list files through git
-# and find none of the copy tracked.
-dest="${TMPDIR:-/tmp}/llm-server-sanity/ansible_collections/homelab/llm_server"
+# and find none of the copy tracked. One copy per checkout: two checkouts
+# tested side by side must not test each other's files.
+dest="${TMPDIR:-/tmp}/llm-server-sanity-$(printf '%s' "$root" | sha256sum | cut -c1-12)/ansible_collections/homelab/llm_server"
 mkdir -p "$dest"
 # The simulated sysfs trees keep the kernel's own names (0000:01:00.0, device
 # links), which the Windows-minded file name tests reject; they are test data.

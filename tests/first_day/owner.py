@@ -253,6 +253,10 @@ def run(workdir: Path, number: int) -> dict:
     info = json.loads((workdir / 'quick-start.json').read_text())
     clone = workdir / 'clone'
     env = owner_env(workdir)
+    # Observed, not changed: where the run spends its time, for the report.
+    timings_path = workdir / ('run-%d-timings.json' % number)
+    env.update(ANSIBLE_CALLBACK_PLUGINS=str(Path(__file__).parent / 'callback_plugins'),
+               ANSIBLE_CALLBACKS_ENABLED='run_timings', RUN_TIMINGS_FILE=str(timings_path))
     log_path = workdir / ('run-%d.log' % number)
     started = time.monotonic()
     with log_path.open('w') as log:
@@ -261,6 +265,7 @@ def run(workdir: Path, number: int) -> dict:
                               check=False)
     seconds = time.monotonic() - started
     output = log_path.read_text()
+    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
     recap = {}
     for line in output.split('PLAY RECAP', 1)[-1].splitlines():
         match = RECAP.match(line.strip())
@@ -269,13 +274,16 @@ def run(workdir: Path, number: int) -> dict:
     reasons = [line.strip() for line in output.splitlines()
                if re.search(r'fatal:|FAILED!|ERROR|reboot required|msg:', line)][:40]
     result = {'run': number, 'rc': proc.returncode, 'seconds': round(seconds, 1), 'recap': recap,
-              'failures': failed_tasks(output), 'changed_tasks': changed_tasks(output), 'reasons': reasons, 'log': str(log_path),
+              'failures': failed_tasks(output), 'changed_tasks': changed_tasks(output),
+              'slowest_roles': dict(list(timings.get('roles', {}).items())[:6]), 'reasons': reasons, 'log': str(log_path),
               'tail': output.splitlines()[-60:]}
     (workdir / ('run-%d.json' % number)).write_text(json.dumps(result, indent=1))
     # Kept after the scenario's destroy, beside the scenario runner's logs.
     kept = REPO / 'build' / 'logs' / 'first_day'
     kept.mkdir(parents=True, exist_ok=True)
     (kept / log_path.name).write_text(output)
+    if timings_path.exists():
+        (kept / timings_path.name).write_text(timings_path.read_text())
     print(json.dumps({k: v for k, v in result.items() if k != 'tail'}))
     return result
 

@@ -47,6 +47,9 @@ def runs(report: Path) -> None:
     for run in load(report, 'runs.json'):
         changed = ', '.join('%s changed=%s' % (host, counts.get('changed')) for host, counts in sorted(run['recap'].items()))
         print('  run %d: %-48s %7.1f s  (%s)' % (run['run'], what.get(run['run'], ''), run['seconds'], changed))
+        if run.get('slowest_roles'):
+            slowest = ('%s %.1f s' % (role.rsplit('.', 1)[-1], seconds) for role, seconds in run['slowest_roles'].items())
+            print('         slowest: %s' % ', '.join(slowest))
 
 
 def preflight(report: Path) -> None:
