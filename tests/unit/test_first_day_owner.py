@@ -83,3 +83,23 @@ def test_a_run_that_should_change_nothing_names_what_it_changed():
         "ok: [edge-vps]\n"
     )
     assert owner.changed_tasks(log) == ["TASK [homelab.llm_server.monitoring : Install the alert rules] on llm-home"]
+
+
+def test_the_runs_are_timed_per_role_by_the_harness_callback(tmp_path):
+    role = tmp_path / "roles" / "slow_role" / "tasks"
+    role.mkdir(parents=True)
+    (role / "main.yml").write_text("- name: Wait a little\n  ansible.builtin.command: sleep 0.3\n  changed_when: false\n")
+    (tmp_path / "play.yml").write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - name: A task of the play\n      ansible.builtin.debug: {msg: hi}\n"
+        "    - name: The role\n      ansible.builtin.include_role: {name: slow_role}\n")
+    out = tmp_path / "timings.json"
+    env = dict(owner.owner_env(tmp_path), ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "first_day" / "callback_plugins"),
+               ANSIBLE_CALLBACKS_ENABLED="run_timings", RUN_TIMINGS_FILE=str(out))
+    subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                    "-e", "ansible_python_interpreter=" + sys.executable, "play.yml"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True)
+    timings = json.loads(out.read_text())
+    assert timings["tasks_run"] == 3
+    assert list(timings["roles"])[0] == "slow_role" and timings["roles"]["slow_role"] >= 0.3
+    assert all(t[0] >= 0.0 for t in timings["tasks"]) and timings["tasks"][0][1] == "slow_role"
