@@ -50,15 +50,19 @@ def main():
     parser.add_argument('--model', required=True)
     args = parser.parse_args()
 
+    # The test models are random weights: without ignore_eos (vLLM's and
+    # llama.cpp's) one may sample its end at the first token.
     stream = client(args, os.environ['ACME_API_KEY']).chat.completions.create(
-        model=args.model, stream=True, max_tokens=8,
+        model=args.model, stream=True, max_tokens=8, extra_body={'ignore_eos': True},
         messages=[{'role': 'user', 'content': 'Say hello.'}])
     chunks = []
+    events = 0
     model = fingerprint = None
     for event in stream:
         model = event.model
         fingerprint = event.system_fingerprint or fingerprint
         for choice in event.choices:
+            events += 1
             if choice.delta.content:
                 chunks.append(choice.delta.content)
 
@@ -67,7 +71,9 @@ def main():
         wrong_key = 'accepted'
     except openai.AuthenticationError as error:
         wrong_key = error.status_code
-    json.dump({'text': ''.join(chunks), 'chunks': len(chunks), 'model': model,
+    # events: every streamed delta; chunks: those with text (a random model's
+    # byte tokens often complete no character, so their deltas are empty).
+    json.dump({'text': ''.join(chunks), 'chunks': len(chunks), 'events': events, 'model': model,
                'fingerprint': fingerprint, 'wrong_key_status': wrong_key}, sys.stdout)
     print()
 
