@@ -219,15 +219,22 @@ def edit_inventory(clone: Path, edits: dict) -> None:
         path.write_text('---\n' + yaml.safe_dump(content, sort_keys=False))
 
 
-def failed_tasks(output: str, keep: int = 3) -> list[str]:
-    """The last tasks that failed in a run's log, each as 'TASK [name] error',
-    so a failure's summary names it (errors ignored by the play are left out)."""
-    failures: list[str] = []
+def task_lines(output: str):
+    """Each line of a run's log after the first task, with the task it belongs to."""
     task = ''
     for line in output.splitlines():
         if line.startswith('TASK [') or line.startswith('RUNNING HANDLER ['):
             task = line.split('[', 1)[1].rsplit(']', 1)[0]
-        elif line.startswith('[ERROR]: '):
+        elif task:
+            yield task, line
+
+
+def failed_tasks(output: str, keep: int = 3) -> list[str]:
+    """The last tasks that failed in a run's log, each as 'TASK [name] error',
+    so a failure's summary names it (errors ignored by the play are left out)."""
+    failures: list[str] = []
+    for task, line in task_lines(output):
+        if line.startswith('[ERROR]: '):
             failures.append('TASK [%s] %s' % (task, line[len('[ERROR]: '):][:300]))
         elif line.strip() == '...ignoring' and failures:
             failures.pop()
@@ -238,15 +245,18 @@ def changed_tasks(output: str, keep: int = 10) -> list[str]:
     """The first tasks that reported a change, each as 'TASK [name] on host': what a
     run that should change nothing changed."""
     changed: list[str] = []
-    task = ''
-    for line in output.splitlines():
-        if line.startswith('TASK [') or line.startswith('RUNNING HANDLER ['):
-            task = line.split('[', 1)[1].rsplit(']', 1)[0]
-        elif line.startswith('changed: [') and len(changed) < keep:
+    for task, line in task_lines(output):
+        if line.startswith('changed: [') and len(changed) < keep:
             entry = 'TASK [%s] on %s' % (task, line.split('[', 1)[1].split(']', 1)[0])
             if entry not in changed:
                 changed.append(entry)
     return changed
+
+
+def timings_env(path: Path) -> dict[str, str]:
+    """What enables the harness's callback that times a run per role and task into path."""
+    return {'ANSIBLE_CALLBACK_PLUGINS': str(Path(__file__).parent / 'callback_plugins'),
+            'ANSIBLE_CALLBACKS_ENABLED': 'run_timings', 'RUN_TIMINGS_FILE': str(path)}
 
 
 def run(workdir: Path, number: int) -> dict:
@@ -255,8 +265,7 @@ def run(workdir: Path, number: int) -> dict:
     env = owner_env(workdir)
     # Observed, not changed: where the run spends its time, for the report.
     timings_path = workdir / ('run-%d-timings.json' % number)
-    env.update(ANSIBLE_CALLBACK_PLUGINS=str(Path(__file__).parent / 'callback_plugins'),
-               ANSIBLE_CALLBACKS_ENABLED='run_timings', RUN_TIMINGS_FILE=str(timings_path))
+    env.update(timings_env(timings_path))
     log_path = workdir / ('run-%d.log' % number)
     started = time.monotonic()
     with log_path.open('w') as log:

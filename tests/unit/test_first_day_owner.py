@@ -94,8 +94,7 @@ def test_the_runs_are_timed_per_role_by_the_harness_callback(tmp_path):
         "    - name: A task of the play\n      ansible.builtin.debug: {msg: hi}\n"
         "    - name: The role\n      ansible.builtin.include_role: {name: slow_role}\n")
     out = tmp_path / "timings.json"
-    env = dict(owner.owner_env(tmp_path), ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "first_day" / "callback_plugins"),
-               ANSIBLE_CALLBACKS_ENABLED="run_timings", RUN_TIMINGS_FILE=str(out))
+    env = dict(owner.owner_env(tmp_path), **owner.timings_env(out))
     subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
                     "-e", "ansible_python_interpreter=" + sys.executable, "play.yml"],
                    cwd=tmp_path, env=env, check=True, capture_output=True)
