@@ -48,7 +48,9 @@ def runs(report: Path) -> None:
         changed = ', '.join('%s changed=%s' % (host, counts.get('changed')) for host, counts in sorted(run['recap'].items()))
         print('  run %d: %-48s %7.1f s  (%s)' % (run['run'], what.get(run['run'], ''), run['seconds'], changed))
         if run.get('slowest_roles'):
-            slowest = ('%s %.1f s' % (role.rsplit('.', 1)[-1], seconds) for role, seconds in run['slowest_roles'].items())
+            # Slowest first: the report's JSON comes back with its keys sorted by name.
+            roles = sorted(run['slowest_roles'].items(), key=lambda item: -item[1])
+            slowest = ('%s %.1f s' % (role.rsplit('.', 1)[-1], seconds) for role, seconds in roles)
             print('         slowest: %s' % ', '.join(slowest))
 
 
