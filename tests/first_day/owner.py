@@ -30,6 +30,18 @@ edited, the vault made and encrypted); `run N` runs the playbook command and
 writes DIR/run-N.json: its exit code, wall time, the recap per host and the
 lines of its output that say why it stopped.
 
+Then the owner moves to the collection as the README's "Install" installs
+it (its ```sh and ```ini blocks):
+
+    python3 owner.py install --workdir DIR        # the tarball, DIR/project with ansible.cfg and the inventory
+    python3 owner.py run N --installed --workdir DIR
+
+`install` builds the tarball from this checkout (the stand-in for a
+release), installs it as written into the owner's ~/.ansible, and keeps the
+inventory of the quick start; `run N --installed` runs the README's
+`homelab.llm_server.site` command there, and run-N.json names the playbook
+file Ansible loaded (from the installed copy, not this checkout).
+
 After the quick start, the owner runs the commands of "Operating it", also
 read from the README:
 
@@ -49,6 +61,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -66,8 +79,9 @@ KEEP_ENV = ('ANSIBLE_STRATEGY', 'ANSIBLE_STRATEGY_PLUGINS')
 RECAP = re.compile(r'^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$')
 
 
-def readme_commands(section: str, readme: Path = REPO / 'README.md') -> list[str]:
-    """The shell commands of one section of the README, in order (comments dropped)."""
+def readme_blocks(section: str, languages: tuple[str, ...] = ('sh', 'bash', 'shell'),
+                  readme: Path = REPO / 'README.md') -> list[str]:
+    """The code blocks of one section of the README in these languages, in order."""
     text = readme.read_text()
     heading = re.search(r'^(?P<level>#+) %s\b.*$' % re.escape(section), text, re.MULTILINE)
     if not heading:
@@ -75,8 +89,13 @@ def readme_commands(section: str, readme: Path = REPO / 'README.md') -> list[str
     # The section ends at the next heading of its level or above.
     match = re.match(r'(?P<body>.*?)(?=^#{1,%d} |\Z)' % len(heading.group('level')), text[heading.end():],
                      re.MULTILINE | re.DOTALL)
+    return re.findall(r'^```(?:%s)\n(.*?)^```' % '|'.join(languages), match.group('body'), re.MULTILINE | re.DOTALL)
+
+
+def readme_commands(section: str, readme: Path = REPO / 'README.md') -> list[str]:
+    """The shell commands of one section of the README, in order (comments dropped)."""
     commands = []
-    for block in re.findall(r'^```(?:sh|bash|shell)\n(.*?)^```', match.group('body'), re.MULTILINE | re.DOTALL):
+    for block in readme_blocks(section, readme=readme):
         for line in re.sub(r'\\\n\s*', '', block).splitlines():
             line = re.sub(r'\s+#\s.*$', '', line).strip()
             if line and not line.startswith('#'):
@@ -185,6 +204,42 @@ def quick_start(workdir: Path, edits_file: Path) -> None:
                                                          'api_keys': keys}, indent=1))
 
 
+def install(workdir: Path) -> None:
+    """The README's "Install" as a collection, for run 3: the release tarball (built from this checkout,
+    as a release would be) installed as written into the owner's ~/.ansible, in a directory of their own
+    with the README's ansible.cfg and the inventory they made in the quick start."""
+    release, project = workdir / 'release', workdir / 'project'
+    for path in (release, project):
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+    env = owner_env(workdir)
+    version = yaml.safe_load((REPO / 'galaxy.yml').read_text())['version']
+    subprocess.run([str(REPO / '.venv' / 'bin' / 'ansible-galaxy'), 'collection', 'build', '--output-path',
+                    str(release), str(REPO)], cwd=release, env=env, capture_output=True, text=True, check=True)
+    tarball = release / ('homelab-llm_server-%s.tar.gz' % version)
+    commands = readme_commands('Install')
+    playbook = section_command('Install', r'^ansible-playbook .*homelab\.llm_server\.site\b')
+    configs = readme_blocks('Install', ('ini',))
+    if len(configs) != 1:
+        raise SystemExit('README.md\'s "Install" must have one ansible.cfg block, it has %d' % len(configs))
+    done = []
+    with (workdir / 'install.log').open('w') as log:
+        for command in commands[:commands.index(playbook)]:
+            command = command.replace('homelab-llm_server-<version>.tar.gz', shlex.quote(str(tarball)))
+            run_shell(command, project, env, log=log)
+            done.append(command)
+    (project / 'ansible.cfg').write_text(configs[0])
+    # The owner keeps the inventory (and vault) they made and edited in the quick start.
+    shutil.rmtree(project / 'inventories' / 'home')
+    shutil.copytree(workdir / 'clone' / 'inventories' / 'home', project / 'inventories' / 'home')
+    installed = workdir / 'home' / '.ansible' / 'collections' / 'ansible_collections' / 'homelab' / 'llm_server'
+    manifest = json.loads((installed / 'MANIFEST.json').read_text())
+    if manifest['collection_info']['version'] != version:
+        raise SystemExit('installed %s, not %s' % (manifest['collection_info']['version'], version))
+    (workdir / 'install.json').write_text(json.dumps({'commands': done, 'playbook': playbook, 'cwd': str(project),
+                                                     'collection': str(installed)}, indent=1))
+
+
 def edit(path: Path, edits_file: Path) -> None:
     """The owner at their editor: EDITS.json says, per file of the inventory, which values to set."""
     edits = json.loads(edits_file.read_text())
@@ -259,9 +314,11 @@ def timings_env(path: Path) -> dict[str, str]:
             'ANSIBLE_CALLBACKS_ENABLED': 'run_timings', 'RUN_TIMINGS_FILE': str(path)}
 
 
-def run(workdir: Path, number: int) -> dict:
-    info = json.loads((workdir / 'quick-start.json').read_text())
-    clone = workdir / 'clone'
+def run(workdir: Path, number: int, installed: bool = False) -> dict:
+    """Run N of the owner's site.yml command: the quick start's in the clone, or with installed, the
+    README's "Install" one in the directory install() made, on the collection installed from the tarball."""
+    info = json.loads((workdir / ('install.json' if installed else 'quick-start.json')).read_text())
+    cwd = Path(info['cwd']) if installed else workdir / 'clone'
     env = owner_env(workdir)
     # Observed, not changed: where the run spends its time, for the report.
     timings_path = workdir / ('run-%d-timings.json' % number)
@@ -269,7 +326,7 @@ def run(workdir: Path, number: int) -> dict:
     log_path = workdir / ('run-%d.log' % number)
     started = time.monotonic()
     with log_path.open('w') as log:
-        proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', info['playbook']], cwd=clone, env=env,
+        proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', info['playbook']], cwd=cwd, env=env,
                               input='%s\n' % VAULT_PASSWORD, stdout=log, stderr=subprocess.STDOUT, text=True,
                               check=False)
     seconds = time.monotonic() - started
@@ -282,7 +339,8 @@ def run(workdir: Path, number: int) -> dict:
             recap[match.group('host')] = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', match.group('counts'))}
     reasons = [line.strip() for line in output.splitlines()
                if re.search(r'fatal:|FAILED!|ERROR|reboot required|msg:', line)][:40]
-    result = {'run': number, 'rc': proc.returncode, 'seconds': round(seconds, 1), 'recap': recap,
+    result = {'run': number, 'command': info['playbook'], 'playbook': timings.get('playbook'),
+              'rc': proc.returncode, 'seconds': round(seconds, 1), 'recap': recap,
               'failures': failed_tasks(output), 'changed_tasks': changed_tasks(output),
               'slowest_roles': dict(list(timings.get('roles', {}).items())[:6]), 'reasons': reasons, 'log': str(log_path),
               'tail': output.splitlines()[-60:]}
@@ -429,6 +487,10 @@ def main() -> None:
     again = sub.add_parser('run')
     again.add_argument('number', type=int)
     again.add_argument('--workdir', type=Path, required=True)
+    again.add_argument('--installed', action='store_true',
+                       help='from the directory `install` made, on the collection installed from the tarball')
+    installer = sub.add_parser('install')
+    installer.add_argument('--workdir', type=Path, required=True)
     editor = sub.add_parser('edit')
     editor.add_argument('path', type=Path)
     editor.add_argument('--edits', type=Path, required=True)
@@ -450,7 +512,9 @@ def main() -> None:
     if args.what == 'quick-start':
         quick_start(args.workdir, args.edits)
     elif args.what == 'run':
-        run(args.workdir, args.number)
+        run(args.workdir, args.number, args.installed)
+    elif args.what == 'install':
+        install(args.workdir)
     elif args.what == 'edit':
         edit(args.path, args.edits)
     elif args.what == 'plan':

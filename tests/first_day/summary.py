@@ -43,8 +43,10 @@ def heading(title: str) -> None:
 
 def runs(report: Path) -> None:
     heading("The owner's path: a copy of inventories/example, the README's quick start as written")
-    what = {1: 'stopped after the driver, asking for the reboot', 2: 'ran to the end', 3: 'the same command again'}
-    for run in load(report, 'runs.json'):
+    what = {1: 'stopped after the driver, asking for the reboot', 2: 'ran to the end',
+            3: 'the same, on the collection installed from its tarball'}
+    done = load(report, 'runs.json')
+    for run in done:
         changed = ', '.join('%s changed=%s' % (host, counts.get('changed')) for host, counts in sorted(run['recap'].items()))
         print('  run %d: %-48s %7.1f s  (%s)' % (run['run'], what.get(run['run'], ''), run['seconds'], changed))
         if run.get('slowest_roles'):
@@ -52,6 +54,9 @@ def runs(report: Path) -> None:
             roles = sorted(run['slowest_roles'].items(), key=lambda item: -item[1])
             slowest = ('%s %.1f s' % (role.rsplit('.', 1)[-1], seconds) for role, seconds in roles)
             print('         slowest: %s' % ', '.join(slowest))
+    if len(done) < 3:
+        print('  (make test also runs it a third time, changed=0 from the installed tarball, and restarts an engine'
+              ' with the Hub unreachable)')
 
 
 def preflight(report: Path) -> None:

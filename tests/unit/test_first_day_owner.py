@@ -102,3 +102,35 @@ def test_the_runs_are_timed_per_role_by_the_harness_callback(tmp_path):
     assert timings["tasks_run"] == 3
     assert list(timings["roles"])[0] == "slow_role" and timings["roles"]["slow_role"] >= 0.3
     assert all(t[0] >= 0.0 for t in timings["tasks"]) and timings["tasks"][0][1] == "slow_role"
+    assert timings["playbook"] == str(tmp_path / "play.yml")
+
+
+def test_the_install_section_installs_the_tarball_and_runs_site_by_its_collection_name():
+    commands = owner.readme_commands("Install")
+    playbook = owner.section_command("Install", r"^ansible-playbook .*homelab\.llm_server\.site\b")
+    assert "-i inventories/home" in playbook and "--ask-vault-pass" in playbook
+    before = commands[:commands.index(playbook)]
+    assert any("collection install homelab-llm_server-<version>.tar.gz" in command for command in before)
+    [config] = owner.readme_blocks("Install", ("ini",))
+    assert "gathering = smart" in config and "pipelining = True" in config
+
+
+def test_the_owner_installs_the_tarball_into_a_directory_of_their_own(tmp_path):
+    clone = owner.make_clone(tmp_path)
+    subprocess.run(["cp", "-r", "inventories/example", "inventories/home"], cwd=clone, check=True)
+    (clone / "inventories" / "home" / "owner-edit.txt").write_text("kept\n")
+    owner.install(tmp_path)
+    info = json.loads((tmp_path / "install.json").read_text())
+    project = pathlib.Path(info["cwd"])
+    installed = pathlib.Path(info["collection"])
+    assert installed == tmp_path / "home" / ".ansible" / "collections" / "ansible_collections" / "homelab" / "llm_server"
+    assert (installed / "playbooks" / "site.yml").is_file() and not (installed / "molecule").exists()
+    # The inventory of the quick start, not a new copy of the example; the README's ansible.cfg.
+    assert (project / "inventories" / "home" / "owner-edit.txt").read_text() == "kept\n"
+    assert (project / "ansible.cfg").read_text() == owner.readme_blocks("Install", ("ini",))[0]
+    # site.yml by its collection name, from that directory: the installed copy, not this checkout.
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", "inventories/home",
+                           "homelab.llm_server.site", "--list-tasks", "--tags", "preflight"],
+                          cwd=project, env=owner.owner_env(tmp_path), capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "homelab.llm_server.preflight" in proc.stdout

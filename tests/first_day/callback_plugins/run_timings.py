@@ -4,7 +4,7 @@
 test harness enables this callback on the owner's runs (tests/first_day/owner.py),
 the collection does not ship it. Each task's time is from its start to the next
 task's start, all hosts together; it is written as JSON to $RUN_TIMINGS_FILE:
-{"seconds": total, "roles": {role: seconds}, "tasks": [[seconds, role, task], ...]}
+{"playbook": its file, "seconds": total, "roles": {role: seconds}, "tasks": [[seconds, role, task], ...]}
 (roles slowest first, the 25 slowest tasks)."""
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class CallbackModule(CallbackBase):
         self._began = time.monotonic()
         self._current: tuple[str, str, float] | None = None
         self._tasks: list[tuple[float, str, str]] = []
+        self._playbook: str | None = None
 
     def _close(self) -> None:
         if self._current is not None:
@@ -48,6 +49,10 @@ class CallbackModule(CallbackBase):
         self._close()
         role = task._role.get_name() if task._role is not None else '(playbook)'
         self._current = (role, task.get_name(), time.monotonic())
+
+    def v2_playbook_on_start(self, playbook):
+        # Where the playbook was loaded from: this checkout or an installed copy.
+        self._playbook = os.path.abspath(playbook._file_name)
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._start(task)
@@ -68,7 +73,7 @@ class CallbackModule(CallbackBase):
             roles[role] = roles.get(role, 0.0) + seconds
         slowest = sorted(self._tasks, reverse=True)[:25]
         with open(path, 'w', encoding='utf-8') as handle:
-            json.dump({'seconds': round(time.monotonic() - self._began, 1),
+            json.dump({'playbook': self._playbook, 'seconds': round(time.monotonic() - self._began, 1),
                        'tasks_run': len(self._tasks),
                        'roles': {k: round(v, 1) for k, v in sorted(roles.items(), key=lambda kv: -kv[1])},
                        'tasks': [[round(s, 1), r, n] for s, r, n in slowest]}, handle, indent=1)
