@@ -209,8 +209,11 @@ def install(workdir: Path) -> None:
     as a release would be) installed as written into the owner's ~/.ansible, in a directory of their own
     with the README's ansible.cfg and the inventory they made in the quick start."""
     release, project = workdir / 'release', workdir / 'project'
-    for path in (release, project):
+    # The owner's account has no collection installed yet: what an earlier scenario run left there (Molecule's
+    # destroy prunes files, not folders) would make `collection install` skip as "already installed".
+    for path in (release, project, workdir / 'home' / '.ansible' / 'collections'):
         shutil.rmtree(path, ignore_errors=True)
+    for path in (release, project):
         path.mkdir(parents=True)
     env = owner_env(workdir)
     version = yaml.safe_load((REPO / 'galaxy.yml').read_text())['version']

@@ -119,6 +119,8 @@ def test_the_owner_installs_the_tarball_into_a_directory_of_their_own(tmp_path):
     clone = owner.make_clone(tmp_path)
     subprocess.run(["cp", "-r", "inventories/example", "inventories/home"], cwd=clone, check=True)
     (clone / "inventories" / "home" / "owner-edit.txt").write_text("kept\n")
+    # The empty folders an earlier scenario run leaves (Molecule's destroy prunes files): not "already installed".
+    (tmp_path / "home" / ".ansible" / "collections" / "ansible_collections" / "homelab" / "llm_server").mkdir(parents=True)
     owner.install(tmp_path)
     info = json.loads((tmp_path / "install.json").read_text())
     project = pathlib.Path(info["cwd"])
