@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import select
 import sys
 import time
 from pathlib import Path
@@ -146,26 +148,73 @@ STAGE = re.compile(r'^INFO\s+\S+ \S+ (?P<stage>[\w-]+): (?P<what>Executing|Execu
 TASK = re.compile(r'^\W*TASK \[(?P<task>[^\]]+)')
 
 
+# Ansible's first line of a task's result on one host.
+RESULT = re.compile(r"^\W*(?P<status>ok|changed|skipping|fatal|failed|included|unreachable|FAILED - RETRYING)\b")
+# A task still without a result after this long is shown: a skipped one has
+# its result at once, a long one (the install) shows while it runs.
+SHOW_AFTER_S = 1.0
+
+
+def lines_with_pauses(stream, pause_s: float):
+    """The lines of a pipe, and None each time it stays silent for pause_s."""
+    fd = stream.fileno()
+    buffered = b''
+    while True:
+        ready, _, _ = select.select([fd], [], [], pause_s)
+        if not ready:
+            yield None
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            if buffered:
+                yield buffered.decode(errors='replace')
+            return
+        buffered += chunk
+        *whole, buffered = buffered.split(b'\n')
+        for line in whole:
+            yield line.decode(errors='replace')
+
+
 def progress(lines) -> None:
-    """Molecule's output in, one line per stage and per converge or verify step out."""
+    """Molecule's output in, one line per stage and per converge or verify step out.
+
+    lines: Molecule's lines, with None where the output paused. A step is shown
+    once it has a result other than skipping on some host, or after a pause
+    without one: the steps make demo leaves to make test are not listed.
+    """
     started = time.monotonic()
     stage = ''
+    pending = None
     for raw in lines:
+        if raw is None:
+            if pending:
+                print(pending, flush=True)
+                pending = None
+            continue
         line = ANSI.sub('', raw).strip()
         clock = '[%2d:%02d]' % divmod(int(time.monotonic() - started), 60)
-        match = STAGE.match(line)
+        match = RESULT.match(line)
+        if match and pending:
+            if match.group('status') != 'skipping':
+                print(pending, flush=True)
+                pending = None
+            continue
+        match = STAGE.match(line) or TASK.match(line)
         if match:
+            # The next header ends the wait for a result: every host skipped it.
+            pending = None
+        if match and match.re is STAGE:
             stage = match.group('stage') if match.group('what') == 'Executing' else ''
             print('%s %s: %s' % (clock, match.group('stage'), match.group('what').lower()), flush=True)
-            continue
-        match = TASK.match(line)
-        if match and stage in ('converge', 'verify') and not match.group('task').startswith('Gathering'):
-            print('%s   %s' % (clock, match.group('task')), flush=True)
+        elif match and stage in ('converge', 'verify') and not match.group('task').startswith('Gathering'):
+            pending = '%s   %s' % (clock, match.group('task'))
+    if pending:
+        print(pending, flush=True)
 
 
 def main(argv: list[str]) -> int:
     if argv[1:] == ['--progress']:
-        progress(sys.stdin)
+        progress(lines_with_pauses(sys.stdin, SHOW_AFTER_S))
         return 0
     if len(argv) != 2:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
