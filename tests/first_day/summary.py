@@ -160,7 +160,7 @@ def lines_with_pauses(stream, pause_s: float):
     fd = stream.fileno()
     buffered = b''
     while True:
-        ready, _, _ = select.select([fd], [], [], pause_s)
+        ready = select.select([fd], [], [], pause_s)[0]
         if not ready:
             yield None
             continue
