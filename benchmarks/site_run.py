@@ -39,8 +39,8 @@ def playbook(path, extra, env, json_out=False, stops_for=None):
     elapsed = time.perf_counter() - start
     if stops_for is not None:
         if proc.returncode == 0 or stops_for not in proc.stdout:
-            sys.exit('%s should have stopped with "%s" (rc %d):\n%s' % (' '.join(cmd), stops_for, proc.returncode,
-                                                                         proc.stdout[-4000:]))
+            sys.exit('%s should have stopped with "%s" (rc %d):\n%s'
+                     % (' '.join(cmd), stops_for, proc.returncode, proc.stdout[-4000:]))
     elif proc.returncode != 0:
         sys.exit('%s failed:\n%s\n%s' % (' '.join(cmd), proc.stdout[-4000:], proc.stderr[-2000:]))
     return elapsed, proc.stdout
