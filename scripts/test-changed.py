@@ -39,6 +39,10 @@ COLLECTION = 'homelab.llm_server'
 # Every scenario runs through these: a change here runs them all.
 HARNESS = ('tests/molecule/', '.config/molecule/', 'ansible.cfg', 'galaxy.yml', 'meta/runtime.yml',
            'scripts/build-test-image.sh', 'requirements.txt', 'requirements-controller.txt')
+# Inputs make builds and hands to the scenarios through the environment: a
+# change to what builds one runs the scenarios whose molecule.yml names it.
+BUILT_INPUTS = {'LLM_SERVER_VLLM_WHEELS': ('tests/vllm_cpu/requirements.lock',),
+                'LLM_SERVER_VLLM_VENV': ('tests/vllm_cpu/requirements.lock', 'scripts/build-vllm-venv.sh')}
 # Names too common to say which unit tests a file concerns.
 COMMON_STEMS = {'README', 'CHANGELOG', 'Makefile', 'defaults', 'argument_specs', 'molecule', 'create', 'destroy',
                 'prepare', 'converge', 'verify', 'handlers', 'config', 'requirements', 'validate', 'install',
@@ -168,6 +172,9 @@ def select_scenarios(files: list[str], wanted: list[str]) -> dict[str, list[str]
             why = hits(set(WHOLE_PATH[scenario]) | {'molecule/%s/' % scenario}, files)
         else:
             why = hits(closure(['molecule/%s/' % scenario], plugins, tracked), files)
+        config = (ROOT / 'molecule' / scenario / 'molecule.yml').read_text()
+        why += [f for name, built_from in BUILT_INPUTS.items() if '${%s}' % name in config
+                for f in built_from if f in files and f not in why]
         if why or harness:
             chosen[scenario] = (why + harness)[:4]
     return chosen

@@ -53,3 +53,9 @@ def test_unit_tests_that_name_a_changed_file_are_picked():
     picked = test_changed.select_unit_tests(["plugins/action/inventory_check.py"])
     assert "tests/unit/plugins/action/test_inventory_check.py" in picked
     assert "tests/unit/test_role_docs.py" in test_changed.select_unit_tests(["tests/unit/test_role_docs.py"])
+
+
+def test_what_builds_a_mounted_input_runs_the_scenarios_that_mount_it():
+    # make vllm-venv builds the venv vllm_cpu mounts; the lock also makes the wheels first_day and remote mount.
+    assert chosen("scripts/build-vllm-venv.sh") == ["vllm_cpu"]
+    assert {"vllm_cpu", "first_day", "remote"} <= set(chosen("tests/vllm_cpu/requirements.lock"))
