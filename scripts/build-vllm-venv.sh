@@ -22,4 +22,4 @@ podman run --rm --network none -v "$wheels:/srv/wheels:ro" -v "$dest.part:$path"
 touch "$dest.part/.done"
 rm -rf "$dest" && mv "$dest.part" "$dest"
 # Keep only this build: each is about 3.5 GB.
-find "$(dirname "$dest")" -maxdepth 1 -name 'venv-*' ! -path "$dest" -exec rm -rf {} +
+find "$(dirname "$dest")" -maxdepth 1 -name 'venv-*' ! -name '*.part' ! -path "$dest" -exec rm -rf {} +
