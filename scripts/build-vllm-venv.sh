@@ -21,5 +21,5 @@ podman run --rm --network none -v "$wheels:/srv/wheels:ro" -v "$dest.part:$path"
     $path/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec"
 touch "$dest.part/.done"
 rm -rf "$dest" && mv "$dest.part" "$dest"
-# Keep only this build: each is about 3.5 GB.
-find "$(dirname "$dest")" -maxdepth 1 -name 'venv-*' ! -name '*.part' ! -path "$dest" -exec rm -rf {} +
+# Earlier builds (3.5 GB each) stay until `make clean-cache`: a suite of
+# another checkout may have one mounted.
