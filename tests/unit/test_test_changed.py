@@ -56,6 +56,8 @@ def test_unit_tests_that_name_a_changed_file_are_picked():
 
 
 def test_what_builds_a_mounted_input_runs_the_scenarios_that_mount_it():
-    # make vllm-venv builds the venv vllm_cpu mounts; the lock also makes the wheels first_day and remote mount.
-    assert chosen("scripts/build-vllm-venv.sh") == ["vllm_cpu"]
+    # make vllm-venv builds the venv vllm_cpu and first_day mount; the lock also makes the wheels remote mounts.
+    assert sorted(chosen("scripts/build-vllm-venv.sh")) == ["first_day", "vllm_cpu"]
+    # The venv is the vllm role's install step run: a change to the step builds it again for both.
+    assert {"first_day", "vllm_cpu"} <= set(chosen("roles/vllm/tasks/install_venv.yml"))
     assert {"vllm_cpu", "first_day", "remote"} <= set(chosen("tests/vllm_cpu/requirements.lock"))
