@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-import copy
 import re
+from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
@@ -71,6 +71,20 @@ def _say_new_wait(annotations, old_seconds, new_seconds):
             for key, value in annotations.items()}
 
 
+def _copy_containers(value):
+    """A copy of nested mappings and lists that shares the scalars (immutable) with the original.
+
+    copy.deepcopy also copied the data tags Ansible attaches to every string
+    loaded from a file: 4 of the 4.25 s the monitoring role's no-op run spent
+    on the collection's alert rules.
+    """
+    if isinstance(value, Mapping):
+        return {key: _copy_containers(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copy_containers(item) for item in value]
+    return value
+
+
 def prometheus_rules_for(rule_file, overrides):
     """A copy of a rule file (as loaded from YAML) whose alerts named in ``overrides`` get that ``for``.
 
@@ -81,7 +95,7 @@ def prometheus_rules_for(rule_file, overrides):
     if not isinstance(overrides, dict):
         raise AnsibleFilterError('prometheus_rules_for: expects a dict of alert name to duration, got %s'
                                  % type(overrides).__name__)
-    result = copy.deepcopy(rule_file)
+    result = _copy_containers(rule_file)
     for rule in _alert_rules([result]):
         if rule['alert'] in overrides:
             duration = str(overrides[rule['alert']])
