@@ -20,23 +20,24 @@ def make_variables(cache, *names):
     return [found[name] for name in names]
 
 
-def test_a_fresh_clone_takes_the_cached_vllm_inputs_as_built(tmp_path):
+def test_a_fresh_clone_takes_every_cached_input_as_built(tmp_path):
     cache = tmp_path / 'cache'
-    built = make_variables(cache, 'VLLM_CPU_WHEELS', 'MODEL_MAKER', 'QWEN_MODELS', 'VLLM_CPU_VENV')
+    dirs = make_variables(cache, 'VLLM_CPU_WHEELS', 'MODEL_MAKER', 'QWEN_MODELS', 'VLLM_CPU_VENV')
+    files = make_variables(cache, 'LLAMACPP_ARCHIVE', 'PROMTOOL_CACHED', 'AMTOOL_CACHED')
     past = time.time() - 3600
-    for i, path in enumerate(built):
-        done = pathlib.Path(path) / '.done'
-        done.parent.mkdir(parents=True)
-        done.touch()
-        # In the order make built them, all before the clone.
-        os.utime(done, (past + i, past + i))
+    # In the order make built them, all before the clone.
+    for i, path in enumerate([f'{path}/.done' for path in dirs] + files):
+        built = pathlib.Path(path)
+        built.parent.mkdir(parents=True, exist_ok=True)
+        built.touch()
+        os.utime(built, (past + i, past + i))
     # -W: every file of the checkout that keys them taken as just changed, as in a fresh clone.
     inputs = ['tests/vllm_cpu/requirements.lock', 'tests/hf_model/make_tiny_qwen.py', 'scripts/build-vllm-venv.sh',
-              'tests/vllm_cpu/build-venv.yml', 'roles/vllm/tasks/install_venv.yml', 'scripts/build-test-image.sh']
-    targets = [f'{path}/.done' for path in built]
+              'tests/vllm_cpu/build-venv.yml', 'roles/vllm/tasks/install_venv.yml', 'scripts/build-test-image.sh',
+              'scripts/build-llamacpp.sh', 'roles/llamacpp/files/build-llama-server.sh']
+    targets = [f'{path}/.done' for path in dirs] + files
     plan = subprocess.run(['make', '-n', f'CACHE={cache}', *[f'-W{name}' for name in inputs], *targets],
                           cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert 'pip download' not in plan
-    assert 'make_tiny_qwen.py' not in plan
-    assert 'build-vllm-venv.sh' not in plan
-    assert 'pip install' not in plan
+    for recipe in ('pip download', 'pip install', 'make_tiny_qwen.py', 'build-vllm-venv.sh', 'build-llamacpp.sh',
+                   'apt-get download'):
+        assert recipe not in plan, plan
