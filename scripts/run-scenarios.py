@@ -7,6 +7,13 @@ Molecule's own "➜ phase: Executing" / "Executed" lines, stamped as they arrive
 The times land in build/test-times/molecule.json, which `make bench` prints
 and which orders the next run longest first so the workers finish together.
 
+Wall time depends on what runs beside a scenario; CPU time much less, so
+each scenario's CPU seconds are kept too: the controller's (Molecule,
+Ansible and the harness, from the kernel's accounting of the process tree
+when it ends) and its containers' (their cgroups, read every few seconds
+while they run). Two CPUs give 120 CPU seconds a minute at most: the sum is
+what bounds the suite's wall.
+
 Scenario containers are named after their platforms (tests/molecule/
 create.yml), so platform names must be unique across scenarios: checked here
 before anything starts.
@@ -52,19 +59,27 @@ FALLBACK_ORDER = ("vllm_cpu", "remote", "model_store", "nvidia_driver_decisions"
                   "preflight_failures", "bad_input")
 
 
+# How often the containers' CPU counters are read.
+CPU_SAMPLE_S = 3.0
+
+
 def scenario_names() -> list[str]:
     return sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
+
+
+def platforms_of(name: str) -> list[str]:
+    config = yaml.safe_load((ROOT / "molecule" / name / "molecule.yml").read_text()) or {}
+    return [platform["name"] for platform in config.get("platforms", [])]
 
 
 def check_unique_platforms(names: list[str]) -> None:
     owner: dict[str, str] = {}
     clashes = []
     for name in names:
-        config = yaml.safe_load((ROOT / "molecule" / name / "molecule.yml").read_text()) or {}
-        for platform in config.get("platforms", []):
-            other = owner.setdefault(platform["name"], name)
+        for platform in platforms_of(name):
+            other = owner.setdefault(platform, name)
             if other != name:
-                clashes.append(f"platform {platform['name']!r} is in both {other} and {name}")
+                clashes.append(f"platform {platform!r} is in both {other} and {name}")
     if clashes:
         sys.exit("Scenarios run side by side and name containers after platforms: rename one of each pair.\n  "
                  + "\n  ".join(clashes))
@@ -80,6 +95,112 @@ def run_order(names: list[str], report: Path) -> list[str]:
     if known:
         return sorted(names, key=lambda n: -known.get(n, 0.0))
     return sorted(names, key=lambda n: (FALLBACK_ORDER.index(n) if n in FALLBACK_ORDER else len(FALLBACK_ORDER), n))
+
+
+# Where podman puts its containers' cgroups (cgroup v2 or v1's cpuacct;
+# systemd's or cgroupfs's manager), each a libpod-ID[.scope] directory.
+CGROUP_PARENTS = tuple(Path("/sys/fs/cgroup") / sub / parent
+                       for sub in ("", "cpuacct") for parent in ("machine.slice", "libpod_parent"))
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of a process and its descendants so far: each live one's
+    own time plus that of the children it has reaped (/proc/PID/stat)."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The command name (field 2) may hold spaces: split after its ")".
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        times[pid] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total / CLOCK_TICKS
+
+
+class ContainerCpu:
+    """CPU seconds used by each scenario's containers, from their cgroups.
+
+    A thread reads every container's CPU counter every CPU_SAMPLE_S (files
+    only; podman is asked for names once per new container); a container
+    counts for the scenario whose platform it is (names are unique across
+    scenarios). A counter that goes down is a container that restarted (a
+    reboot in a verify): its new count adds on. The last seconds before a
+    container is removed are not seen.
+    """
+
+    def __init__(self, owners: dict[str, str]):
+        self.owners = owners  # platform name -> scenario
+        self.used: dict[str, float] = {}  # scenario -> CPU seconds
+        self._last: dict[str, float] = {}  # container ID -> last reading
+        self._names: dict[str, str] = {}  # container ID -> name
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @staticmethod
+    def _read(group: Path) -> float | None:
+        try:
+            if (group / "cpuacct.usage").exists():
+                return int((group / "cpuacct.usage").read_text()) / 1e9
+            for line in (group / "cpu.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def _refresh_names(self) -> None:
+        try:
+            listing = subprocess.run(["podman", "ps", "--all", "--no-trunc", "--format", "{{.ID}} {{.Names}}"],
+                                     capture_output=True, text=True, timeout=60, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        for line in listing.splitlines():
+            cid, _, name = line.partition(" ")
+            self._names[cid] = name
+
+    def _sample(self) -> None:
+        groups = {}
+        for parent in CGROUP_PARENTS:
+            for group in parent.glob("libpod-*"):
+                cid = group.name.removeprefix("libpod-").removesuffix(".scope")
+                if not cid.startswith("conmon-"):
+                    groups[cid] = group
+        if any(cid not in self._names for cid in groups):
+            self._refresh_names()
+        for cid, group in groups.items():
+            scenario = self.owners.get(self._names.get(cid, ""))
+            value = self._read(group) if scenario else None
+            if value is None:
+                continue
+            last = self._last.get(cid, 0.0)
+            self.used[scenario] = self.used.get(scenario, 0.0) + (value - last if value >= last else value)
+            self._last[cid] = value
+
+    def _loop(self) -> None:
+        while not self._stop.wait(CPU_SAMPLE_S):
+            self._sample()
 
 
 def fmt(seconds: float) -> str:
@@ -121,8 +242,9 @@ class Causes:
 
 
 class Runner:
-    def __init__(self, log_dir: Path, started: float):
+    def __init__(self, log_dir: Path, started: float, cpu: ContainerCpu):
         self.log_dir = log_dir
+        self.cpu = cpu
         self.started = started
         self.lock = threading.Lock()
         self.results: dict[str, dict] = {}
@@ -144,13 +266,16 @@ class Runner:
             self.results[name]["retried"] = True
             self.results[name]["first_try"] = {"failed_phase": result["failed_phase"], "causes": result["causes"]}
             self.results[name]["seconds"] += result["seconds"]
+            self.results[name]["controller_cpu"] += result["controller_cpu"]
+        self.results[name]["container_cpu"] = round(self.cpu.used.get(name, 0.0), 1)
 
     def run_once(self, name: str) -> None:
         log_path = self.log_dir / f"{name}.log"
         failed_phase = None  # the first phase Molecule reported as failed
         causes = Causes()
         phases: dict[str, float] = {}
-        current: tuple[str, float] | None = None
+        phase_cpu: dict[str, float] = {}
+        current: tuple[str, float, float] | None = None
         begin = time.monotonic()
         self.say(f"{name}: started")
         with log_path.open("w") as log:
@@ -166,20 +291,25 @@ class Runner:
                 match = PHASE_LINE.search(plain)
                 if not match or match["scenario"] != name:
                     continue
-                now = time.monotonic()
+                now, cpu_now = time.monotonic(), tree_cpu(proc.pid)
                 if match["what"] == "Executing":
-                    current = (match["phase"], now)
+                    current = (match["phase"], now, cpu_now)
                 elif current and current[0] == match["phase"]:
                     phases[current[0]] = phases.get(current[0], 0.0) + now - current[1]
+                    phase_cpu[current[0]] = phase_cpu.get(current[0], 0.0) + cpu_now - current[2]
                     current = None
                 if match["failed"] and failed_phase is None:
                     failed_phase = match["phase"]
-            rc = proc.wait()
+            # wait4: the CPU time of Molecule and every process it waited for.
+            _pid, status, usage = os.wait4(proc.pid, 0)
+            rc = proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.monotonic() - begin
         if rc != 0 and failed_phase is None:
             failed_phase = current[0] if current else "startup"
         self.results[name] = {"seconds": round(seconds, 1), "rc": rc, "failed_phase": failed_phase,
                               "causes": causes.groups,
+                              "controller_cpu": round(usage.ru_utime + usage.ru_stime, 1),
+                              "controller_cpu_phases": {k: round(v, 1) for k, v in phase_cpu.items()},
                               "phases": {k: round(v, 1) for k, v in phases.items()}}
         if rc == 0:
             self.say(f"{name}: passed in {fmt(seconds)}")
@@ -189,14 +319,26 @@ class Runner:
                      + "\n".join("    " + ANSI.sub("", t) for t in tail))
 
 
+def cpu_cells(r: dict) -> list[str]:
+    """CPU seconds: the controller's, the containers', both (blank before they were kept)."""
+    if "controller_cpu" not in r:
+        return ["", "", ""]
+    return [f"{r['controller_cpu']:.0f}", f"{r.get('container_cpu', 0):.0f}",
+            f"{r['controller_cpu'] + r.get('container_cpu', 0):.0f}"]
+
+
 def table(results: dict[str, dict]) -> str:
     used = [p for p in PHASES if any(p in r["phases"] for r in results.values())]
-    lines = ["| scenario | total | " + " | ".join(used) + " |",
-             "| --- | ---: | " + " | ".join("---:" for _phase in used) + " |"]
+    lines = ["| scenario | total | " + " | ".join(used) + " | CPU s controller | CPU s containers | CPU s |",
+             "| --- | ---: | " + " | ".join("---:" for _phase in used) + " | ---: | ---: | ---: |"]
     for name, r in sorted(results.items(), key=lambda kv: -kv[1]["seconds"]):
-        cells = [fmt(r["phases"][p]) if p in r["phases"] else "" for p in used]
+        cells = [fmt(r["phases"][p]) if p in r["phases"] else "" for p in used] + cpu_cells(r)
         status = (" (failed)" if r["rc"] != 0 else "") + (" (second try)" if r.get("retried") else "")
         lines.append(f"| {name}{status} | {fmt(r['seconds'])} | " + " | ".join(cells) + " |")
+    kept = [r for r in results.values() if "controller_cpu" in r]
+    if kept:
+        total = sum(r["controller_cpu"] + r.get("container_cpu", 0) for r in kept)
+        lines.append(f"\nCPU: {total:.0f} s in all ({total / 60:.1f} CPU minutes) for {len(kept)} scenarios")
     return "\n".join(lines)
 
 
@@ -226,10 +368,13 @@ def main() -> int:
     log_dir = ROOT / "build/logs/molecule"
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    runner = Runner(log_dir, started)
+    cpu = ContainerCpu({platform: name for name in order for platform in platforms_of(name)})
+    runner = Runner(log_dir, started, cpu)
     runner.say(f"{len(order)} scenarios, {args.jobs} at a time, logs in {log_dir.relative_to(ROOT)}/")
+    cpu.start()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         list(pool.map(runner.run, order))
+    cpu.stop()
     wall = time.monotonic() - started
 
     previous = {}

@@ -1,7 +1,10 @@
 """The scenario runner's summary says why a scenario failed (scripts/run-scenarios.py)."""
 
 import importlib.util
+import os
 import pathlib
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location("run_scenarios", ROOT / "scripts" / "run-scenarios.py")
@@ -48,3 +51,49 @@ def test_lines_after_a_message_at_its_own_indent_are_not_part_of_it():
 def test_a_long_message_is_cut():
     groups = read("TASK [T] ***\n    msg: " + "x" * 2000 + "\n        " + "y" * 100 + "\n")
     assert len(groups[0][1]) == run_scenarios.CAUSE_CHARS
+
+
+def test_container_cpu_is_counted_per_scenario_across_a_restart(tmp_path, monkeypatch):
+    """Each scenario's containers' CPU from their cgroups (v1's cpuacct or v2's
+    cpu.stat); a counter that went down is a restarted container."""
+    v1 = tmp_path / "cpuacct" / "libpod_parent"
+    v2 = tmp_path / "machine.slice"
+    monkeypatch.setattr(run_scenarios, "CGROUP_PARENTS", (v1, v2))
+    cpu = run_scenarios.ContainerCpu({"web": "proxy", "db": "monitoring"})
+    monkeypatch.setattr(cpu, "_refresh_names", lambda: cpu._names.update(
+        {"aaa": "web", "bbb": "db", "ccc": "someone-else"}))
+
+    def write(parent, name, text):
+        (parent / name).mkdir(parents=True, exist_ok=True)
+        (parent / name / ("cpuacct.usage" if parent == v1 else "cpu.stat")).write_text(text)
+
+    write(v1, "libpod-aaa", str(2 * 10**9))
+    write(v1, "libpod-conmon-aaa", str(50 * 10**9))
+    write(v2, "libpod-bbb.scope", "usage_usec 1500000\nuser_usec 1000000\n")
+    write(v2, "libpod-ccc.scope", "usage_usec 9000000\n")
+    cpu._sample()
+    write(v1, "libpod-aaa", str(5 * 10**9))
+    cpu._sample()
+    write(v1, "libpod-aaa", str(1 * 10**9))  # restarted: counts from zero again
+    cpu._sample()
+    assert cpu.used == {"proxy": 6.0, "monitoring": 1.5}
+
+
+def test_the_table_sums_cpu_and_leaves_it_blank_for_older_reports():
+    results = {
+        "a": {"seconds": 120, "rc": 0, "phases": {"converge": 60}, "controller_cpu": 50.0, "container_cpu": 30.0},
+        "b": {"seconds": 60, "rc": 0, "phases": {"converge": 30}},
+    }
+    text = run_scenarios.table(results)
+    assert "| a | 2:00 | 1:00 | 50 | 30 | 80 |" in text
+    assert "| b | 1:00 | 0:30 |  |  |  |" in text
+    assert text.endswith("CPU: 80 s in all (1.3 CPU minutes) for 1 scenarios")
+
+
+def test_tree_cpu_counts_the_children_a_process_has_reaped():
+    """A phase's controller CPU is the process tree's: a child that burned CPU
+    and exited still counts, through its parent's reaped-children time."""
+    before = run_scenarios.tree_cpu(os.getpid())
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass\n"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    assert run_scenarios.tree_cpu(os.getpid()) - before >= 0.45
