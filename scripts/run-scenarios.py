@@ -163,7 +163,7 @@ class ContainerCpu:
             if (group / "cpuacct.usage").exists():
                 return int((group / "cpuacct.usage").read_text()) / 1e9
             for line in (group / "cpu.stat").read_text().splitlines():
-                key, _, value = line.partition(" ")
+                key, _sep, value = line.partition(" ")
                 if key == "usage_usec":
                     return int(value) / 1e6
         except (OSError, ValueError):
@@ -177,7 +177,7 @@ class ContainerCpu:
         except (OSError, subprocess.TimeoutExpired):
             return
         for line in listing.splitlines():
-            cid, _, name = line.partition(" ")
+            cid, _sep, name = line.partition(" ")
             self._names[cid] = name
 
     def _sample(self) -> None:
