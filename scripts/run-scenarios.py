@@ -61,6 +61,8 @@ FALLBACK_ORDER = ("vllm_cpu", "remote", "model_store", "nvidia_driver_decisions"
 
 # How often the containers' CPU counters are read.
 CPU_SAMPLE_S = 3.0
+# A cgroup podman did not name (another podman's container) is asked about again only after this.
+NAME_RETRY_S = 60.0
 
 
 def scenario_names() -> list[str]:
@@ -134,8 +136,10 @@ class ContainerCpu:
     """CPU seconds used by each scenario's containers, from their cgroups.
 
     A thread reads every container's CPU counter every CPU_SAMPLE_S (files
-    only; podman is asked for names once per new container); a container
-    counts for the scenario whose platform it is (names are unique across
+    only; podman is asked for names once per new container, and again for
+    one it did not name only after NAME_RETRY_S: a container of another
+    podman's, such as a second suite beside this one); a container counts
+    for the scenario whose platform it is (names are unique across
     scenarios). A counter that goes down is a container that restarted (a
     reboot in a verify): its new count adds on. The last seconds before a
     container is removed are not seen.
@@ -146,6 +150,7 @@ class ContainerCpu:
         self.used: dict[str, float] = {}  # scenario -> CPU seconds
         self._last: dict[str, float] = {}  # container ID -> last reading
         self._names: dict[str, str] = {}  # container ID -> name
+        self._unnamed: dict[str, float] = {}  # container ID -> when podman last did not name it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -187,8 +192,13 @@ class ContainerCpu:
                 cid = group.name.removeprefix("libpod-").removesuffix(".scope")
                 if not cid.startswith("conmon-"):
                     groups[cid] = group
-        if any(cid not in self._names for cid in groups):
+        now = time.monotonic()
+        unknown = [cid for cid in groups if cid not in self._names]
+        if any(now - self._unnamed.get(cid, -NAME_RETRY_S) >= NAME_RETRY_S for cid in unknown):
             self._refresh_names()
+            for cid in unknown:
+                if cid not in self._names:
+                    self._unnamed[cid] = now
         for cid, group in groups.items():
             scenario = self.owners.get(self._names.get(cid, ""))
             value = self._read(group) if scenario else None

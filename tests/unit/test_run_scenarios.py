@@ -79,6 +79,31 @@ def test_container_cpu_is_counted_per_scenario_across_a_restart(tmp_path, monkey
     assert cpu.used == {"proxy": 6.0, "monitoring": 1.5}
 
 
+def test_a_container_podman_does_not_name_is_asked_about_once_a_minute(tmp_path, monkeypatch):
+    """A cgroup of another podman's container (a second suite beside this
+    one) must not make every sample start `podman ps`."""
+    parent = tmp_path / "machine.slice"
+    monkeypatch.setattr(run_scenarios, "CGROUP_PARENTS", (parent,))
+    now = [1000.0]
+    monkeypatch.setattr(run_scenarios.time, "monotonic", lambda: now[0])
+    cpu = run_scenarios.ContainerCpu({"web": "proxy"})
+    asked = []
+    monkeypatch.setattr(cpu, "_refresh_names", lambda: asked.append(now[0]) or cpu._names.update(
+        {"aaa": "web"} if now[0] >= 1090 else {}))
+    for cid in ("aaa", "zzz"):
+        (parent / f"libpod-{cid}.scope").mkdir(parents=True)
+        (parent / f"libpod-{cid}.scope" / "cpu.stat").write_text("usage_usec 2000000\n")
+    for _sample in range(10):  # 30 s of samples
+        cpu._sample()
+        now[0] += run_scenarios.CPU_SAMPLE_S
+    assert asked == [1000.0]
+    now[0] = 1090.0  # a minute on: asked again, and the scenario's container is named now
+    cpu._sample()
+    cpu._sample()
+    assert asked == [1000.0, 1090.0]
+    assert cpu.used == {"proxy": 2.0}
+
+
 def test_the_table_sums_cpu_and_leaves_it_blank_for_older_reports():
     results = {
         "a": {"seconds": 120, "rc": 0, "phases": {"converge": 60}, "controller_cpu": 50.0, "container_cpu": 30.0},
