@@ -7,11 +7,12 @@
 # that reaches its hosts over SSH, nftables for the firewall's unit tests and
 # the stand-in home router of the remote scenario, chromium (headless) for
 # screenshots and render checks of the Prometheus console pages
-# (tests/monitoring/screenshot.py).
+# (tests/monitoring/screenshot.py), libfuse2 for the FUSE file system whose
+# reads never return (tests/fuse/stuck_fs.py: a call stuck in the kernel).
 set -euo pipefail
 
 need=()
-for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client nftables chromium; do
+for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client nftables chromium libfuse2; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

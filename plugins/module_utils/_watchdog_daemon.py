@@ -17,7 +17,8 @@ event set. Where a GPU does not report XID events, the kernel log's
 Acting, each step logged and counted (llm_watchdog_actions_total):
 - power limits and clock locks through a short-lived NVML process of their
   own (the program with --set), killed after set_timeout_s: a setter stuck
-  in the driver cannot hang the watchdog;
+  in the driver cannot hang the watchdog, even one that SIGKILL cannot end
+  (left behind, counted in llm_watchdog_stuck_calls);
 - engines through systemd (`systemctl --no-block`): stopping an engine
   drains it (its server stops accepting and finishes what it has, within
   the unit's TimeoutStopSec; the front door sends new requests to the
@@ -43,6 +44,7 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -277,11 +279,23 @@ class KernelLog(object):
 
 
 class Actuator(object):
-    """What the watchdog changes: systemd units, NVML settings, the reboot. Each call -> (ok, detail)."""
+    """What the watchdog changes: systemd units, NVML settings, the reboot. Each call -> (ok, detail).
+
+    Each call is a child process in a session of its own, its output in a
+    file (a grandchild holding a pipe cannot keep the call open). At its
+    deadline the whole session is killed; a child that still does not exit
+    within KILL_WAIT_S sits in the kernel (a setter in uninterruptible sleep
+    inside the driver, where SIGKILL waits for the call to return): the loop
+    leaves it behind in `stuck`, goes on with its rounds, and reap() notices
+    when it is gone.
+    """
+
+    KILL_WAIT_S = 1.0
 
     def __init__(self, config, setter_command):
         self.config = config
         self.setter_command = list(setter_command)
+        self.stuck = []  # (Popen, what it was running)
 
     def systemctl(self, verb, unit):
         command = [self.config['systemctl'], verb, '--no-block', unit + '.service']
@@ -298,19 +312,41 @@ class Actuator(object):
     def reboot(self):
         return self._run(list(self.config['reboot_command']), 60.0)
 
-    @staticmethod
-    def _run(command, timeout):
-        try:
-            proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  universal_newlines=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return False, '%s did not finish within %g s (killed)' % (command[0], timeout)
-        except OSError as err:
-            return False, '%s: %s' % (command[0], err.strerror)
-        output = ' '.join(proc.stdout.split())[-400:]
+    def reap(self):
+        """Forget the left-behind calls that have exited since; -> how many are still stuck."""
+        self.stuck = [(proc, what) for proc, what in self.stuck if proc.poll() is None]
+        return len(self.stuck)
+
+    def _run(self, command, timeout):
+        with tempfile.TemporaryFile(mode='w+') as output:
+            try:
+                proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        close_fds=True, universal_newlines=True)
+            except OSError as err:
+                return False, '%s: %s' % (command[0], err.strerror)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False, self._abandon(proc, command, timeout)
+            output.seek(0)
+            text = ' '.join(output.read().split())[-400:]
         if proc.returncode != 0:
-            return False, 'exit %d: %s' % (proc.returncode, output or 'no output')
-        return True, output
+            return False, 'exit %d: %s' % (proc.returncode, text or 'no output')
+        return True, text
+
+    def _abandon(self, proc, command, timeout):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:  # the group is gone already
+            pass
+        try:
+            proc.wait(timeout=self.KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.stuck.append((proc, ' '.join(command)[-200:]))
+            return ('%s did not finish within %g s and did not exit when killed (stuck in the kernel, '
+                    'pid %d left behind)' % (command[0], timeout, proc.pid))
+        return '%s did not finish within %g s (killed)' % (command[0], timeout)
 
 
 class Metrics(object):
@@ -332,6 +368,8 @@ class Metrics(object):
                                                       'watchdog did not do.'),
         'llm_watchdog_kernel_log_fallback': ('gauge', '1 when XIDs of this GPU come from the kernel log '
                                                       '(NVML events not supported).'),
+        'llm_watchdog_stuck_calls': ('gauge', 'Calls the watchdog killed at their deadline that have not exited '
+                                              '(stuck in the driver); the loop goes on without them.'),
     }
 
     def __init__(self):
@@ -663,6 +701,7 @@ class Watchdog(object):
         metrics.set('llm_watchdog_interval_seconds', {}, self.config['interval_s'])
         metrics.set('llm_watchdog_dry_run', {}, 1 if self.dry else 0)
         metrics.set('llm_watchdog_nvml_success', {}, 1 if snapshot.get('success') else 0)
+        metrics.set('llm_watchdog_stuck_calls', {}, self.actuator.reap())
         metrics.clear('llm_watchdog_engine_held')
         for unit, holds in sorted(self.held.items()):
             for hold in holds:

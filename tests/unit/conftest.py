@@ -194,3 +194,46 @@ def nft_check(tmp_path):
         return subprocess.run(['unshare', '-n', 'nft', '-c', '-f', str(path)], capture_output=True, text=True,
                               check=False, timeout=30)
     return check
+
+
+@pytest.fixture
+def stuck_file(tmp_path):
+    """.path: a file whose read never returns and cannot be killed (tests/fuse/stuck_fs.py).
+
+    A reader sits in uninterruptible sleep, as a call stuck in the GPU driver
+    does. .release() (and the end of the test) kills the file system's daemon:
+    its connection goes away and every stuck reader gets ENOTCONN and exits.
+    Needs root, /dev/fuse and libfuse2 (scripts/setup-test-host.sh).
+    """
+    import time
+    if os.geteuid() != 0:
+        pytest.skip('mounting a FUSE file system needs root here')
+    mountpoint = tmp_path / 'stuck-fs'
+    mountpoint.mkdir()
+    log = open(str(tmp_path / 'stuck-fs.log'), 'w')
+    daemon = subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, 'tests', 'fuse', 'stuck_fs.py'),
+                               str(mountpoint)], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while not os.path.ismount(str(mountpoint)):
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            daemon.kill()
+            log.close()
+            raise AssertionError('the stuck FUSE file system did not mount: %s'
+                                 % (tmp_path / 'stuck-fs.log').read_text())
+        time.sleep(0.05)
+
+    class StuckFile(object):
+        path = str(mountpoint / 'stuck')
+
+        @staticmethod
+        def release():
+            daemon.kill()
+            daemon.wait(timeout=30)
+
+    try:
+        yield StuckFile
+    finally:
+        StuckFile.release()
+        log.close()
+        subprocess.run(['umount', '-l', str(mountpoint)], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

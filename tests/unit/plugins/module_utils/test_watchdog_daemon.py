@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 
 import pytest
 
@@ -72,6 +74,9 @@ class Recorder(object):
     def reboot(self):
         self.calls.append(('reboot',))
         return True, ''
+
+    def reap(self):
+        return 0
 
 
 class Clock(object):
@@ -370,3 +375,79 @@ def test_an_unreadable_kernel_log_is_said_once(setup):
     watchdog.tick()
     said = [line for line in lines if line.startswith('kernel log: ')]
     assert len(said) == 1 and 'missing.log' in said[0]
+
+
+# --- calls that do not come back (the real Actuator) -----------------------------------
+
+def _wait_until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, 'not within %g s' % timeout
+        time.sleep(0.05)
+
+
+def _state(pid):
+    with open('/proc/%d/stat' % pid) as handle:
+        return handle.read().rsplit(')', 1)[1].split()[0]
+
+
+def test_a_setter_stuck_in_the_kernel_is_left_behind_and_the_call_returns(stuck_file):
+    # The setter reads a file whose daemon never answers: uninterruptible
+    # sleep, as a call stuck in the driver. SIGKILL does not end it.
+    config = daemon.load_config({'set_timeout_s': 0.5})
+    actuator = daemon.Actuator(config, [sys.executable, '-c', 'import sys; open(%r).read()' % stuck_file.path])
+    started = time.monotonic()
+    ok, detail = actuator.nvml_set('power_limit', 0, 'GPU-aaaa', 300)
+    took = time.monotonic() - started
+    assert not ok
+    assert 'did not exit when killed' in detail, detail
+    assert took < 0.5 + actuator.KILL_WAIT_S + 2, took
+    [(proc, what)] = actuator.stuck
+    assert 'power_limit' in what
+    assert _state(proc.pid) == 'D'
+    assert actuator.reap() == 1
+    os.kill(proc.pid, 9)  # killed once more: still there
+    time.sleep(0.2)
+    assert proc.poll() is None and actuator.reap() == 1
+
+
+def test_a_stuck_setter_exits_once_the_driver_lets_go(stuck_file):
+    config = daemon.load_config({'set_timeout_s': 0.3})
+    actuator = daemon.Actuator(config, [sys.executable, '-c', 'import sys; open(%r).read()' % stuck_file.path])
+    assert actuator.nvml_set('lock_clocks', 1, None, 2100)[0] is False
+    assert actuator.reap() == 1
+    # The daemon goes away (a reset, in the driver's case): the read fails, the process exits.
+    stuck_file.release()
+    _wait_until(lambda: actuator.reap() == 0)
+
+
+def test_a_child_that_leaves_a_grandchild_holding_its_output_returns_at_once():
+    actuator = daemon.Actuator(daemon.load_config({}), [])
+    started = time.monotonic()
+    ok, detail = actuator._run(['sh', '-c', 'echo set; sleep 30 & exit 0'], 10.0)
+    assert (ok, detail) == (True, 'set')
+    assert time.monotonic() - started < 5
+
+
+def test_a_hanging_call_is_killed_with_its_children():
+    actuator = daemon.Actuator(daemon.load_config({}), [])
+    ok, detail = actuator._run(['sh', '-c', 'sleep 60 & echo $! > /dev/stderr; wait'], 0.5)
+    assert not ok and detail.endswith('did not finish within 0.5 s (killed)'), detail
+    assert actuator.stuck == [] and actuator.reap() == 0
+
+
+def test_a_round_goes_on_past_a_stuck_setter_and_says_so(setup, stuck_file):
+    watchdog, supervisor, _recorder, clock, lines = setup(set_timeout_s=0.3)
+    watchdog.actuator = daemon.Actuator(watchdog.config,
+                                        [sys.executable, '-c', 'import sys; open(%r).read()' % stuck_file.path])
+    supervisor.temps[0] = 88.0  # warn: the power limit is lowered, and the setter sticks
+    started = time.monotonic()
+    watchdog.tick()
+    clock.now += 5
+    watchdog.tick()  # the next round: not waiting for the stuck one
+    assert time.monotonic() - started < 2 * (0.3 + watchdog.actuator.KILL_WAIT_S) + 3
+    watchdog.write_metrics()
+    text = (setup.tmp / 'metrics' / daemon.METRICS_FILE).read_text()
+    assert 'llm_watchdog_actions_total{action="lower_power_limit",gpu="0",result="failed"}' in text
+    assert 'llm_watchdog_stuck_calls 1' in text or 'llm_watchdog_stuck_calls 2' in text, text
+    assert any('did not exit when killed' in line for line in lines), lines
