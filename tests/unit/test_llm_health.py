@@ -753,9 +753,10 @@ def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_
     stop = _task(instance_tasks, "Take out of the proxy's list")['loop']
     prune = _task(_role_yaml('tasks', 'prune_one.yml'), 'Remove the files of')['loop']
     template = ('{%% set _serving_metrics_dir = %s %%}{%% set _serving_scrape_dir = %s %%}'
+                '{%% set _serving_registry_dir = %s %%}'
                 '{%% set _serving_scrape_file = %s %%}{%% set serving_prune_name = serving_instance.name %%}%s'
                 % (_metrics_dir_expression(), _vars_expression('_serving_scrape_dir'),
-                   _vars_expression('_serving_scrape_file'),
+                   _vars_expression('_serving_registry_dir'), _vars_expression('_serving_scrape_file'),
                    json.dumps({'settings': settings, 'stop': stop, 'prune': prune})))
     server = start_server('--model', 'Qwen/Qwen3-32B')
     port = int(server.url.rsplit(':', 1)[1])
