@@ -18,6 +18,7 @@ import collections
 import datetime
 import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -28,14 +29,15 @@ from _harness import ROOT, demo_container_options, machine_line
 NAME = 'llm-server-bench-site'
 
 
-def playbook(path, extra, env, json_out=False, stops_for=None):
-    """One ansible-playbook run: (seconds, output). stops_for: the run must fail with this message."""
+def playbook(path, extra, env, json_out=False, stops_for=None, root=ROOT):
+    """One ansible-playbook run: (seconds, output). stops_for: the run must fail with this message.
+    root: the checkout whose collection, playbooks and inventory run (--compare's worktree)."""
     cmd = ['ansible-playbook', '-i', 'inventories/demo', path, *extra]
-    run_env = dict(env, ANSIBLE_CONFIG=str(ROOT / 'ansible.cfg'))
+    run_env = dict(env, ANSIBLE_CONFIG=str(root / 'ansible.cfg'))
     if json_out:
         run_env['ANSIBLE_STDOUT_CALLBACK'] = 'ansible.posix.json'
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, env=run_env)
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False, env=run_env)
     elapsed = time.perf_counter() - start
     if stops_for is not None:
         if proc.returncode == 0 or stops_for not in proc.stdout:
@@ -44,6 +46,31 @@ def playbook(path, extra, env, json_out=False, stops_for=None):
     elif proc.returncode != 0:
         sys.exit('%s failed:\n%s\n%s' % (' '.join(cmd), proc.stdout[-4000:], proc.stderr[-2000:]))
     return elapsed, proc.stdout
+
+
+def noop_run(root, extra, env):
+    """A site.yml re-run that must change nothing: (seconds, the JSON callback's report)."""
+    elapsed, out = playbook('playbooks/site.yml', extra, env, json_out=True, root=root)
+    report = json.loads(out[out.index('{'):])
+    changed = sum(s['changed'] for s in report['stats'].values())
+    if changed:
+        sys.exit('site.yml re-run from %s changed %d task(s): not idempotent' % (root, changed))
+    return elapsed, report
+
+
+def compare_tree(ref):
+    """A worktree of the collection at ref, made once, outside this checkout (in the cache), its build/
+    this checkout's: the same wheels, models, llama.cpp archive and demo API key."""
+    commit = subprocess.run(['git', 'rev-parse', '--verify', ref + '^{commit}'], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    cache = pathlib.Path(os.environ.get('XDG_CACHE_HOME') or pathlib.Path.home() / '.cache')
+    tree = cache / 'homelab-llm-server' / 'bench-compare' / commit[:12]
+    if not (tree / 'ansible.cfg').exists():
+        subprocess.run(['git', 'worktree', 'add', '--force', '--detach', str(tree), commit], cwd=ROOT,
+                       capture_output=True, check=True)
+    if not (tree / 'build').exists():
+        (tree / 'build').symlink_to(ROOT / 'build')
+    return tree
 
 
 def reboot(name):
@@ -95,6 +122,10 @@ def main():
                         help="vLLM planned on the simulated GPUs but not started, as the demo was before "
                              "vLLM's CPU build (benchmarks/demo-gpu-vllm-stopped.yml)")
     parser.add_argument('--image', default=os.environ.get('LLM_SERVER_TEST_IMAGE'))
+    parser.add_argument('--compare', metavar='REF',
+                        help='also time the no-op re-runs of the collection at this git revision on the same host, '
+                             'each after one of this tree (A B A B ...), so both see the same machine; the two '
+                             'must write the same files to the host')
     opts = parser.parse_args()
     if not opts.image:
         parser.error('--image or LLM_SERVER_TEST_IMAGE is required (make bench sets it)')
@@ -119,19 +150,24 @@ def main():
         reboot(NAME)
         after_reboot, _out = playbook('playbooks/site.yml', extra, env)
         first = before_reboot + after_reboot
-        reruns, role_seconds, task_count = [], collections.defaultdict(list), {}
+        trees = {'this tree': ROOT}
+        if opts.compare:
+            trees[opts.compare] = compare_tree(opts.compare)
+            # Its first run gathers the facts its own cache lacks: not counted. The two must write the same
+            # files (a ref before a change of a template would change it back at every run).
+            noop_run(trees[opts.compare], extra, env)
+        runs = {label: {'seconds': [], 'roles': collections.defaultdict(list), 'tasks': {}} for label in trees}
         for _run in range(opts.reruns):
-            elapsed, out = playbook('playbooks/site.yml', extra, env, json_out=True)
-            report = json.loads(out[out.index('{'):])
-            changed = sum(s['changed'] for s in report['stats'].values())
-            if changed:
-                sys.exit('site.yml re-run changed %d task(s): not idempotent' % changed)
-            reruns.append(elapsed)
-            seconds, tasks = per_role(report)
-            for role, value in seconds.items():
-                role_seconds[role].append(value)
-            task_count = tasks
-            slowest = sorted(task_times(report), key=lambda t: -t[2])[:15]
+            for label, root in trees.items():
+                elapsed, report = noop_run(root, extra, env)
+                runs[label]['seconds'].append(elapsed)
+                seconds, tasks = per_role(report)
+                for role, value in seconds.items():
+                    runs[label]['roles'][role].append(value)
+                runs[label]['tasks'] = tasks
+                if label == 'this tree':
+                    slowest = sorted(task_times(report), key=lambda t: -t[2])[:15]
+        reruns, role_seconds, task_count = (runs['this tree'][key] for key in ('seconds', 'roles', 'tasks'))
     finally:
         subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
 
@@ -143,6 +179,13 @@ def main():
     print('| --- | ---: | ---: |')
     print('| first converge (fresh host; the run that stops for the reboot, then the one after it) | 1 | %.1f |' % first)
     print('| no-op re-run, changed=0 (median) | %d | %.1f |' % (len(reruns), noop))
+    if opts.compare:
+        other = runs[opts.compare]
+        print('| the same at %s, each run after one of this tree (median; runs %s) | %d | %.1f |'
+              % (opts.compare, ', '.join('%.1f' % r for r in other['seconds']), len(other['seconds']),
+                 statistics.median(other['seconds'])))
+        print('| tasks in a no-op run: this tree / %s | | %d / %d |'
+              % (opts.compare, sum(task_count.values()), sum(other['tasks'].values())))
     print('\nNo-op re-run per role (median of %d, task time as Ansible reports it):\n' % len(reruns))
     print('| role | tasks | seconds |')
     print('| --- | ---: | ---: |')
@@ -158,7 +201,11 @@ def main():
     (out_dir / ('site-%s%s.json' % (strategy, '-vllm-stopped' if opts.vllm_stopped else ''))).write_text(json.dumps({
         'strategy': strategy, 'first_converge_s': round(first, 1), 'noop_s': [round(r, 1) for r in reruns],
         'noop_per_role_s': {r: round(statistics.median(v), 2) for r, v in role_seconds.items()},
-        'tasks_per_role': dict(task_count)}, indent=2))
+        'tasks_per_role': dict(task_count),
+        'compare': {'ref': opts.compare, 'noop_s': [round(r, 1) for r in runs[opts.compare]['seconds']],
+                    'noop_per_role_s': {r: round(statistics.median(v), 2)
+                                        for r, v in runs[opts.compare]['roles'].items()},
+                    'tasks_per_role': dict(runs[opts.compare]['tasks'])} if opts.compare else None}, indent=2))
 
 
 if __name__ == '__main__':
