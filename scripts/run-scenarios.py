@@ -48,16 +48,28 @@ CAUSE_LINE = re.compile(r"^[\s│]*(\[ERROR\]|fatal:|ERROR! |msg: \S|stderr: \S|
 CAUSE_CHARS = 600
 TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # Longest first when there is no earlier timing to go by (a fresh clone's
-# full run of 2026-11-25, three at a time on 2 CPUs; only the order matters),
-# except first_day: the owner's whole path starts two of vLLM's CPU engines
-# too, so it starts once vllm_cpu's failover checks are past instead of
-# beside them (a fresh clone's run with both from the start cut a request at
-# a load average of 16).
-FALLBACK_ORDER = ("vllm_cpu", "remote", "model_store", "nvidia_driver_decisions", "first_day", "nvidia_driver",
-                  "proxy", "llamacpp",
-                  "container_runtime", "gpu_watchdog", "proxy_acme", "http_ban", "default", "monitoring", "ups", "vllm", "cuda_toolkit",
-                  "preflight_failures", "bad_input")
+# full run, three at a time on 2 CPUs; only the order matters), except
+# vllm_cpu: it starts two of vLLM's CPU engines and restarts them, as
+# first_day does, so it starts once remote's and the short ones have run
+# beside first_day's converge rather than at the same moment (a fresh
+# clone's run with both from the start cut a request at a load average of 16).
+FALLBACK_ORDER = ("first_day", "remote", "monitoring", "gpu_watchdog", "llamacpp", "ups", "vllm_cpu",
+                  "proxy", "bad_input",
+                  # the early stage's
+                  "nvidia_driver", "http_ban", "nvidia_driver_decisions", "model_store", "container_runtime",
+                  "default", "proxy_acme", "preflight_failures", "cuda_toolkit", "vllm")
 
+# `make test` runs the scenarios in two stages. The early ones need only the
+# test image, the NVML double, the local NVIDIA repository and promtool, so
+# they run beside what the others need (llama.cpp's build, vLLM's wheels and
+# venv, the tiny models) and beside lint, sanity and the unit tests; the late
+# ones once all of it is there (tests/unit/test_run_scenarios.py holds the
+# early ones to reading none of it).
+EARLY = ("container_runtime", "cuda_toolkit", "default", "http_ban", "model_store", "nvidia_driver",
+         "nvidia_driver_decisions", "preflight_failures", "proxy_acme", "vllm")
+# What only the late stage has: a file that names one of these is a late scenario's.
+LATE_INPUTS = ("build/llamacpp", "build/models", "build/wheels", "LLM_SERVER_VLLM_WHEELS", "LLM_SERVER_VLLM_VENV",
+               "tiny-chat.gguf", "tiny_qwen", "tiny_models", "llamacpp_archive")
 
 # How often the containers' CPU counters are read.
 CPU_SAMPLE_S = 3.0
@@ -358,6 +370,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("MOLECULE_JOBS", "3")))
     parser.add_argument("--report", type=Path, default=ROOT / "build/test-times/molecule.json")
     parser.add_argument("--print-table", action="store_true", help="print the last report's table and exit")
+    parser.add_argument("--stage", choices=("early", "late"),
+                        help="only the scenarios of make test's early stage (needing only the image, the NVML "
+                             "double, the NVIDIA repository and promtool) or of its late one")
     args = parser.parse_args()
 
     if args.print_table:
@@ -365,11 +380,19 @@ def main() -> int:
             print(f"No scenario times yet ({args.report.relative_to(ROOT)}): `make molecule` writes them.")
             return 0
         data = json.loads(args.report.read_text())
-        print(f"Molecule scenarios, {data['jobs']} at a time: {fmt(data['seconds'])} wall\n")
+        stages = data.get("stages") or {}
+        if {"early", "late"} <= set(stages):
+            early, late = stages["early"], stages["late"]
+            print(f"Molecule scenarios: early stage (beside the builds and the unit tests) {fmt(early['seconds'])} "
+                  f"wall, {early['jobs']} at a time; late stage {fmt(late['seconds'])} wall, {late['jobs']} at a time\n")
+        else:
+            print(f"Molecule scenarios, {data['jobs']} at a time: {fmt(data['seconds'])} wall\n")
         print(table(data["scenarios"]))
         return 0
 
     names = args.scenarios or scenario_names()
+    if args.stage:
+        names = [n for n in names if (n in EARLY) == (args.stage == "early")]
     unknown = sorted(set(names) - set(scenario_names()))
     if unknown:
         sys.exit(f"no such scenario: {', '.join(unknown)}")
@@ -387,16 +410,21 @@ def main() -> int:
     cpu.stop()
     wall = time.monotonic() - started
 
-    previous = {}
+    previous, previous_stages = {}, {}
     if args.report.exists():
         try:
-            previous = json.loads(args.report.read_text()).get("scenarios", {})
+            data = json.loads(args.report.read_text())
+            previous, previous_stages = data.get("scenarios", {}), data.get("stages", {})
         except ValueError:
             previous = {}
     args.report.parent.mkdir(parents=True, exist_ok=True)
     # A partial run keeps the other scenarios' last figures.
     merged = {**previous, **runner.results}
-    args.report.write_text(json.dumps({"jobs": args.jobs, "seconds": round(wall, 1), "scenarios": merged}, indent=2))
+    # The late stage follows the early one of the same make test; a whole run or an early stage starts anew.
+    this_stage = {args.stage or "all": {"seconds": round(wall, 1), "jobs": args.jobs}}
+    stages = dict(previous_stages, **this_stage) if args.stage == "late" else this_stage
+    args.report.write_text(json.dumps({"jobs": args.jobs, "seconds": round(wall, 1), "stages": stages,
+                                       "scenarios": merged}, indent=2))
     print(f"\n{len(order)} scenarios in {fmt(wall)} wall, {args.jobs} at a time\n")
     print(table(runner.results))
     # Why each failed (and each retried) scenario failed, last: a log cut to

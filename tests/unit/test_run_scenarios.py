@@ -3,6 +3,8 @@
 import importlib.util
 import os
 import pathlib
+import re
+from pathlib import Path
 import subprocess
 import sys
 
@@ -122,3 +124,34 @@ def test_tree_cpu_counts_the_children_a_process_has_reaped():
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass\n"
     subprocess.run([sys.executable, "-c", burn], check=True)
     assert run_scenarios.tree_cpu(os.getpid()) - before >= 0.45
+
+
+def test_the_early_scenarios_read_nothing_the_late_stage_builds():
+    """make test starts the EARLY scenarios before llama.cpp, vLLM's wheels and
+    venv and the tiny models exist: none of their files (nor a file they
+    include from another scenario) may name one of those."""
+    molecule = run_scenarios.ROOT / "molecule"
+    assert set(run_scenarios.EARLY) < set(run_scenarios.scenario_names())
+    found = []
+    for name in run_scenarios.EARLY:
+        todo = [p for p in sorted((molecule / name).rglob("*")) if p.is_file()]
+        seen = set()
+        while todo:
+            path = todo.pop()
+            if path in seen or not path.is_file():
+                continue
+            seen.add(path)
+            text = path.read_text(errors="replace")
+            found += [f"{name}: {path.relative_to(molecule)} names {late}"
+                      for late in run_scenarios.LATE_INPUTS if late in text]
+            # A file it includes from another scenario (../bad_input/bad_case.yml).
+            todo += [molecule / other for other in re.findall(r"\.\./([a-z_]+/[\w/.-]+\.ya?ml)", text)]
+    assert not found, "\n".join(found)
+
+
+def test_every_scenario_has_a_stage_and_a_place_in_the_fallback_order():
+    names = set(run_scenarios.scenario_names())
+    assert set(run_scenarios.FALLBACK_ORDER) == names
+    early = run_scenarios.run_order(list(run_scenarios.EARLY), Path("/nonexistent"))
+    late = run_scenarios.run_order(sorted(names - set(run_scenarios.EARLY)), Path("/nonexistent"))
+    assert early[0] == "nvidia_driver" and late[:2] == ["first_day", "remote"]
