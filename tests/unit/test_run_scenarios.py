@@ -1,6 +1,7 @@
 """The scenario runner's summary says why a scenario failed (scripts/run-scenarios.py)."""
 
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -155,3 +156,15 @@ def test_every_scenario_has_a_stage_and_a_place_in_the_fallback_order():
     early = run_scenarios.run_order(list(run_scenarios.EARLY), Path("/nonexistent"))
     late = run_scenarios.run_order(sorted(names - set(run_scenarios.EARLY)), Path("/nonexistent"))
     assert early[0] == "nvidia_driver" and late[:2] == ["first_day", "remote"]
+
+
+def test_the_late_stage_of_a_fresh_clone_takes_the_fallback_order(tmp_path):
+    """The early stage wrote its own times; the late stage has none of its own
+    and must not start first_day, remote and vllm_cpu last."""
+    report = tmp_path / "molecule.json"
+    report.write_text(json.dumps({"scenarios": {n: {"seconds": 100.0} for n in run_scenarios.EARLY}}))
+    late = sorted(set(run_scenarios.scenario_names()) - set(run_scenarios.EARLY))
+    assert run_scenarios.run_order(late, report)[:2] == ["first_day", "remote"]
+    # Every one known: longest first by those times.
+    report.write_text(json.dumps({"scenarios": {n: {"seconds": float(i)} for i, n in enumerate(late)}}))
+    assert run_scenarios.run_order(late, report) == list(reversed(late))
