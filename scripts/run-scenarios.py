@@ -68,6 +68,14 @@ INPUTS = {
     "wheels": ("build/wheels", "LLM_SERVER_VLLM_WHEELS"),
     "vllm": ("LLM_SERVER_VLLM_VENV", "build/models/qwen", "tiny_qwen", "tiny_models"),
 }
+# Above --jobs, one more scenario (up to --max-jobs) starts when the CPUs
+# were this idle over the window and none started within the gap: several
+# scenarios spend minutes waiting (a container's reboot, apt, an engine's
+# timers) and hold a place without using the CPUs. The gap lets a scenario
+# that just started show its load before the next decision.
+IDLE_MIN = 0.35
+IDLE_WINDOW_S = 30.0
+START_GAP_S = 60.0
 # Written by the Makefile when an input's build failed: nothing more starts.
 GATE_FAILED = "failed"
 # How long a scenario may wait for its inputs (a fresh machine builds them
@@ -107,6 +115,32 @@ def needs(name: str) -> set[str]:
         found |= {group for group, words in INPUTS.items() if any(word in text for word in words)}
         todo += [molecule / other for other in re.findall(r"\.\./([a-z_]+/[\w/.-]+\.ya?ml)", text)]
     return found
+
+
+class CpuIdle:
+    """How idle the machine's CPUs were over the last seconds (/proc/stat's
+    idle time; waiting for the disk does not count as idle)."""
+
+    def __init__(self, stat: Path = Path("/proc/stat")):
+        self.stat = stat
+        self.samples: list[tuple[float, int, int]] = []
+
+    def sample(self, now: float) -> None:
+        try:
+            fields = [int(v) for v in self.stat.read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return
+        self.samples.append((now, fields[3], sum(fields)))
+        # Keep what the window needs and one older sample to measure from.
+        while len(self.samples) > 2 and now - self.samples[1][0] >= IDLE_WINDOW_S:
+            self.samples.pop(0)
+
+    def fraction(self, now: float) -> float | None:
+        """The idle share of the last IDLE_WINDOW_S, or None before the window is covered."""
+        if len(self.samples) < 2 or now - self.samples[0][0] < IDLE_WINDOW_S:
+            return None
+        (_t0, idle0, total0), (_t1, idle1, total1) = self.samples[0], self.samples[-1]
+        return (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
 
 
 class Gate:
@@ -313,22 +347,28 @@ class Runner:
         self.lock = threading.Lock()
         self.results: dict[str, dict] = {}
         self.not_started: list[str] = []
+        self.extra: dict[str, str] = {}
         self.finished = threading.Event()
 
     def say(self, text: str) -> None:
         with self.lock:
             print(f"[{fmt(time.monotonic() - self.started)}] {text}", flush=True)
 
-    def schedule(self, order: list[str], gate: Gate, jobs: int, jobs_while_building: int) -> None:
+    def schedule(self, order: list[str], gate: Gate, jobs: int, jobs_while_building: int,
+                 max_jobs: int | None = None, idle: CpuIdle | None = None) -> None:
         """Run the scenarios in order, each once the inputs it needs are built
         (Gate), at most jobs at a time, or jobs_while_building while an input
-        is still being built beside them. Once a build has failed nothing more
-        starts; the scenarios that did not start are kept in not_started."""
+        is still being built beside them; once built, up to max_jobs while the
+        CPUs idle (IDLE_MIN). Once a build has failed nothing more starts; the
+        scenarios that did not start are kept in not_started."""
         wanted = {name: needs(name) for name in order}
         pending = list(order)
         running: dict[str, threading.Thread] = {}
-        waiting_since = time.monotonic()
+        waiting_since = last_start = time.monotonic()
+        max_jobs = max(max_jobs or jobs, jobs)
         while pending or running:
+            if idle is not None:
+                idle.sample(time.monotonic())
             for name in [n for n, thread in running.items() if not thread.is_alive()]:
                 running.pop(name).join()
             if pending and gate.failed():
@@ -338,12 +378,21 @@ class Runner:
             ready = gate.ready()
             building = any(not wanted[name] <= ready for name in pending)
             for name in [n for n in pending if wanted[n] <= ready]:
-                if len(running) >= (jobs_while_building if building else jobs):
+                now = time.monotonic()
+                limit = jobs_while_building if building else jobs
+                extra = ""
+                if not building and limit <= len(running) < max_jobs and now - last_start >= START_GAP_S:
+                    share = idle.fraction(now) if idle is not None else None
+                    if share is not None and share >= IDLE_MIN:
+                        limit = len(running) + 1
+                        extra = f" (one more: the CPUs {share:.0%} idle over {IDLE_WINDOW_S:.0f} s)"
+                if len(running) >= limit:
                     break
                 pending.remove(name)
+                self.extra[name] = extra
                 running[name] = threading.Thread(target=self.run, args=(name,), name=name)
                 running[name].start()
-                waiting_since = time.monotonic()
+                waiting_since = last_start = now
             if pending and not running and time.monotonic() - waiting_since > GATE_DEADLINE_S:
                 missing = sorted(set().union(*(wanted[n] for n in pending)) - ready)
                 self.say(f"gave up after {fmt(GATE_DEADLINE_S)} waiting for {', '.join(missing)}: "
@@ -385,7 +434,7 @@ class Runner:
         phase_cpu: dict[str, float] = {}
         current: tuple[str, float, float] | None = None
         begin = time.monotonic()
-        self.say(f"{name}: started")
+        self.say(f"{name}: started{self.extra.get(name, '')}")
         with log_path.open("w") as log:
             proc = subprocess.Popen(
                 ["molecule", "test", "-s", name],
@@ -465,6 +514,9 @@ def main() -> int:
                              f"for each group of INPUTS ({', '.join(INPUTS)}) and DIR/{GATE_FAILED} when one failed")
     parser.add_argument("--jobs-while-building", type=int,
                         help="at most this many at a time while an input is still being built (default: --jobs)")
+    parser.add_argument("--max-jobs", type=int,
+                        help=f"once the inputs are built, up to this many while the CPUs are at least "
+                             f"{IDLE_MIN:.0%} idle (default: --jobs)")
     args = parser.parse_args()
 
     if args.print_table:
@@ -493,7 +545,7 @@ def main() -> int:
     gated = f"; each once its inputs are built ({jobs_while_building} at a time until then)" if args.gate else ""
     runner.say(f"{len(order)} scenarios, {args.jobs} at a time{gated}, logs in {log_dir.relative_to(ROOT)}/")
     cpu.start()
-    runner.schedule(order, Gate(args.gate), args.jobs, jobs_while_building)
+    runner.schedule(order, Gate(args.gate), args.jobs, jobs_while_building, args.max_jobs, CpuIdle())
     cpu.stop()
     wall = time.monotonic() - started
 
@@ -507,6 +559,7 @@ def main() -> int:
     # A partial run keeps the other scenarios' last figures.
     merged = {**previous, **runner.results}
     args.report.write_text(json.dumps({"jobs": args.jobs, "jobs_while_building": jobs_while_building,
+                                       "max_jobs": args.max_jobs or args.jobs,
                                        "seconds": round(wall, 1), "scenarios": merged}, indent=2))
     print(f"\n{len(order)} scenarios in {fmt(wall)} wall, {args.jobs} at a time\n")
     print(table(runner.results))

@@ -19,9 +19,13 @@ description:
     C(/etc/llm-server/scrape).
   - C(metrics), node exporter's textfile collector; C(llm_server_metrics_dir), else
     C(/var/lib/prometheus/node-exporter).
+  - C(hold), the holds of engines nobody else may start (one JSON file per holder, written by the UPS, the GPU
+    watchdog and the owner's C(llm-server) command, read by every engine unit before it starts);
+    C(llm_server_hold_dir) when set, else C(serving_state_dir)/holds when that is set, else
+    C(/var/lib/llm-server/holds).
 options:
   _terms:
-    description: One or more of C(registry), C(scrape), C(metrics).
+    description: One or more of C(registry), C(scrape), C(metrics), C(hold).
     type: list
     elements: str
     required: true

@@ -14,6 +14,10 @@ contract (who writes, who reads, the format).
   nginx, gpu_exporter; read by monitoring).
 - metrics: node exporter's textfile collector (written by the host programs;
   read by monitoring's node exporter).
+- hold: one JSON file per holder of engines (the UPS, the GPU watchdog, the
+  owner's llm-server command) that nobody else may start; read by every engine
+  unit's condition, those three and the serving role (_holds.py says the
+  format). Without its own variable it follows serving_state_dir.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ DIRS = {
     'registry': '/etc/llm-server/instances',
     'scrape': '/etc/llm-server/scrape',
     'metrics': '/var/lib/prometheus/node-exporter',
+    'hold': '/var/lib/llm-server/holds',
 }
 # The variable an owner sets to move each one.
 VARIABLES = {name: 'llm_server_%s_dir' % name for name in DIRS}
+# Those that, without their own variable, follow a directory of the serving role.
+FOLLOWS = {'registry': ('serving_config_dir', 'instances'), 'hold': ('serving_state_dir', 'holds')}
 
 
 def directory(name, value_of):
@@ -33,10 +40,10 @@ def directory(name, value_of):
         raise ValueError('unknown shared directory %r: one of %s' % (name, ', '.join(sorted(DIRS))))
     chosen = value_of(VARIABLES[name])
     if chosen in (None, ''):
-        if name == 'registry':
-            config_dir = value_of('serving_config_dir')
-            if config_dir not in (None, ''):
-                return str(config_dir).rstrip('/') + '/instances'
+        if name in FOLLOWS:
+            parent = value_of(FOLLOWS[name][0])
+            if parent not in (None, ''):
+                return str(parent).rstrip('/') + '/' + FOLLOWS[name][1]
         return DIRS[name]
     chosen = str(chosen)
     if not chosen.startswith('/'):

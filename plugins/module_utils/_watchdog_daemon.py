@@ -51,8 +51,9 @@ import tempfile
 import time
 
 if __name__.startswith('ansible_collections.'):
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _watchdog
+    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds, _watchdog
 else:  # installed on the GPU host next to llm-gpu-watchdog.py
+    import _holds  # pylint: disable=import-error
     import _watchdog  # pylint: disable=import-error
 
 METRICS_FILE = 'llm_gpu_watchdog.prom'
@@ -76,13 +77,17 @@ DEFAULTS = {
     'registry_dir': '/etc/llm-server/instances',
     'state_dir': '/var/lib/llm-server/watchdog',
     'run_dir': '/run/llm-server/watchdog',
+    # The holds every actor respects (_holds.py): the watchdog's are HOLDER.json there.
+    'hold_dir': '/var/lib/llm-server/holds',
     'metrics_dir': None,
     'kernel_log': '/dev/kmsg',
 }
 _NUMBERS = ('interval_s', 'nvml_timeout_s', 'set_timeout_s', 'quarantine_s', 'xid_repeat_window_s')
 _NON_NEGATIVE = ('restart_backoff_initial_s', 'restart_backoff_max_s')
 _COUNTS = ('restarts_per_hour', 'reboots_per_day')
-_PATHS = ('registry_dir', 'state_dir', 'run_dir')
+_PATHS = ('registry_dir', 'state_dir', 'run_dir', 'hold_dir')
+# Its name in the hold directory.
+HOLDER = 'watchdog'
 
 # "NVRM: Xid (PCI:0000:01:00): 79, pid=..., GPU has fallen off the bus."
 KERNEL_XID = re.compile(r'NVRM: Xid \(PCI:([0-9a-fA-F]+:[0-9a-fA-F]+:[0-9a-fA-F]+)(?:\.[0-9a-fA-F])?\): (\d+)')
@@ -430,7 +435,6 @@ class Watchdog(object):
         self.kernel_log = KernelLog(config['kernel_log']) if config['kernel_log'] else None
         self._kernel_log_error = None
         self._heat_path = os.path.join(config['run_dir'], 'heat.json')
-        self._held_path = os.path.join(config['run_dir'], 'held.json')
         self._attention_path = os.path.join(config['run_dir'], 'attention.json')
         self._reboots_path = os.path.join(config['state_dir'], 'reboots.json')
         saved = read_json(self._heat_path, {})
@@ -441,7 +445,11 @@ class Watchdog(object):
                                                              gpu=int(index), state=state)
             except (TypeError, ValueError) as err:
                 self.log('heat state of GPU %s not loaded (%s): starting from normal' % (index, err))
-        self.held = read_json(self._held_path, {})
+        # The engines it stopped (name -> [{gpu, reason, since, message}]): its
+        # file in the hold directory (by unit), which counts for this boot only.
+        self.held = {unit[:-len('.service')]: holds
+                     for unit, holds in _holds.own(config['hold_dir'], HOLDER).items()}
+        self._held_written = json.dumps(self.held, sort_keys=True)
         self.attention = read_json(self._attention_path, {})
         self.recovery_actions = {}
         self.dry = config['dry_run']
@@ -455,8 +463,16 @@ class Watchdog(object):
     def _save(self):
         state = {str(index): policy.state() for index, policy in sorted(self.heat.items())}
         write_atomic(self._heat_path, json.dumps(state, indent=1, sort_keys=True) + '\n')
-        write_atomic(self._held_path, json.dumps(self.held, indent=1, sort_keys=True) + '\n')
+        self._save_holds()
         write_atomic(self._attention_path, json.dumps(self.attention, indent=1, sort_keys=True) + '\n')
+
+    def _save_holds(self):
+        """Its file in the hold directory, when its holds changed."""
+        held = json.dumps(self.held, sort_keys=True)
+        if held != self._held_written:
+            _holds.write(self.config['hold_dir'], HOLDER,
+                         {_holds.unit_of(name): holds for name, holds in self.held.items()})
+            self._held_written = held
 
     def _act(self, gpu, action, what, call):
         """Carry out one action (or say what it would do): log, count, return True when done."""
@@ -500,6 +516,14 @@ class Watchdog(object):
                     '%s on GPU %s' % (hold['reason'], hold['gpu']) for hold in remaining)))
                 continue
             del self.held[unit]
+            # The UPS on battery or the owner may hold it too: the last to release it starts it.
+            others = _holds.holders_of(_holds.read(self.config['hold_dir'])[0], _holds.unit_of(unit), but=HOLDER)
+            if others:
+                self.log('%s stays stopped: released by the watchdog, still held by %s' % (
+                    unit, _holds.describe(others)))
+                continue
+            # Let go first: the unit's condition reads the holds when it starts.
+            self._save_holds()
             self._act(gpu, action, 'start engine %s on GPU %s again' % (unit, gpu),
                       lambda unit=unit: self.actuator.systemctl('start', unit))
 

@@ -1,12 +1,13 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Change the simulated GPUs, then time how long until the watchdog's effect shows.
 
-    react.py [--set KEY=VALUE ...] [--append FILE=LINE ...] [--until CONDITION ...]
-             [--hold CONDITION ...] [--timeout S] [--fixture FILE]
+    react.py [--set KEY=VALUE ...] [--append FILE=LINE ...] [--run COMMAND ...]
+             [--until CONDITION ...] [--hold CONDITION ...] [--timeout S] [--fixture FILE]
 
 --set changes the NVML double's fixture (tests/nvml_double/set_fixture.py,
 atomically); --append adds a line to a file (an XID for the double's
-xid_events_file, an "NVRM: Xid" line for the kernel log). Then it polls every
+xid_events_file, an "NVRM: Xid" line for the kernel log); --run runs a shell
+command (the simulated UPS's upsrw), which must exit 0. Then it polls every
 50 ms until every --until condition holds, or for --timeout seconds while
 every --hold condition must keep holding. Conditions:
 
@@ -82,6 +83,7 @@ def main():
     parser.add_argument('--fixture', default='/etc/fake-nvml/fixture.json')
     parser.add_argument('--set', action='append', default=[])
     parser.add_argument('--append', action='append', default=[])
+    parser.add_argument('--run', action='append', default=[])
     parser.add_argument('--until', action='append', default=[])
     parser.add_argument('--hold', action='append', default=[])
     parser.add_argument('--timeout', type=float, default=30.0)
@@ -93,6 +95,12 @@ def main():
         path, _sep, line = item.partition('=')
         with open(path, 'a', encoding='utf-8') as handle:
             handle.write(line + '\n')
+    for command in args.run:
+        proc = subprocess.run(['/bin/sh', '-c', command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, check=False)
+        if proc.returncode != 0:
+            print(json.dumps({'seconds': 0, 'ok': False, 'failed': ['run: %s' % proc.stdout.strip()]}))
+            return 1
     deadline = start + args.timeout
     while True:
         failed = [c for c in args.hold if not holds(c)]

@@ -237,3 +237,14 @@ def stuck_file(tmp_path):
         log.close()
         subprocess.run(['umount', '-l', str(mountpoint)], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(autouse=True, scope='session')
+def _no_test_writes_the_real_hold_dir():
+    """The watchdog, the UPS and llm-server write holds where their settings say,
+    by default the host's own directory: a test must give them its own."""
+    from ansible_collections.homelab.llm_server.plugins.module_utils import _contracts
+    real = _contracts.DIRS['hold']
+    there = os.path.exists(real)
+    yield
+    assert there or not os.path.exists(real), 'a test wrote holds into %s: give it hold_dir' % real

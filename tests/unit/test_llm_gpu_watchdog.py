@@ -51,6 +51,7 @@ def host(tmp_path, nvml_env):
     recorder.chmod(0o755)
     config = {'interval_s': 0.2, 'nvml_timeout_s': 2, 'registry_dir': str(registry),
               'state_dir': str(tmp_path / 'state'), 'run_dir': str(tmp_path / 'run'),
+              'hold_dir': str(tmp_path / 'holds'),
               'metrics_dir': str(tmp_path / 'metrics'), 'kernel_log': str(tmp_path / 'kern.log'),
               'systemctl': str(recorder), 'heat': {'stop_after_s': 0.5, 'cool_for_s': 60}}
     (tmp_path / 'config.json').write_text(json.dumps(config))

@@ -100,7 +100,8 @@ def test_watchdog_thresholds_and_dry_run_through_the_capture(nvml_env, tmp_path)
     dirs = {name: str(tmp_path / name) for name in ('instances', 'state', 'run', 'metrics')}
     os.makedirs(dirs['instances'])
     base = {'dry_run': True, 'interval_s': 1, 'registry_dir': dirs['instances'], 'state_dir': dirs['state'],
-            'run_dir': dirs['run'], 'metrics_dir': dirs['metrics'], 'kernel_log': str(tmp_path / 'no-kmsg')}
+            'run_dir': dirs['run'], 'hold_dir': dirs['run'] + '/holds', 'metrics_dir': dirs['metrics'],
+            'kernel_log': str(tmp_path / 'no-kmsg')}
     env = nvml_env(fixture=CAPTURE)
 
     def once(config):

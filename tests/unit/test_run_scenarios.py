@@ -9,6 +9,8 @@ from pathlib import Path
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location("run_scenarios", ROOT / "scripts" / "run-scenarios.py")
 run_scenarios = importlib.util.module_from_spec(SPEC)
@@ -255,3 +257,55 @@ def test_the_last_times_order_the_run_only_when_every_scenario_has_one(tmp_path)
     # Every one known: longest first by those times.
     report.write_text(json.dumps({"scenarios": {n: {"seconds": float(i)} for i, n in enumerate(names)}}))
     assert run_scenarios.run_order(names, report) == list(reversed(names))
+
+
+def test_cpu_idle_is_measured_over_the_window(tmp_path, monkeypatch):
+    stat = tmp_path / "stat"
+    idle = run_scenarios.CpuIdle(stat)
+    # user nice system idle iowait ...: 100 ticks a step, 60 of them idle, then 10.
+    for step, idle_ticks in enumerate([0, 60, 120, 180, 190, 200]):
+        stat.write_text(f"cpu  {step * 100 - idle_ticks} 0 0 {idle_ticks} 0 0 0 0 0 0\ncpu0 ...\n")
+        idle.sample(step * 10.0)
+        if step == 2:
+            assert idle.fraction(20.0) is None  # the window is not covered yet
+    # The last 30 s: 60 + 10 + 10 idle of 300.
+    assert idle.fraction(50.0) == pytest.approx(80 / 300)
+    assert len(idle.samples) <= 5
+
+
+class FixedIdle:
+    def __init__(self, share):
+        self.share = share
+        self.asked = 0
+
+    def sample(self, now):
+        pass
+
+    def fraction(self, now):
+        self.asked += 1
+        return self.share
+
+
+def test_one_more_starts_while_the_cpus_idle_and_none_while_they_are_busy(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_scenarios, "START_GAP_S", 0.0)
+    wanted = {"a": set(), "b": set(), "c": set()}
+    busy = gated_runner(tmp_path, monkeypatch, wanted)
+    cpus = FixedIdle(0.1)
+    thread = run_scenarios.threading.Thread(
+        target=busy.schedule, args=(["a", "b", "c"], run_scenarios.Gate(None), 1, 1, 3, cpus))
+    thread.start()
+    until(lambda: cpus.asked >= 5)  # five rounds of the scheduler, each asked and each said no
+    assert busy.events == ["a"]
+    busy.release.set()
+    thread.join(10)
+    assert busy.most == 1
+
+    idle = gated_runner(tmp_path, monkeypatch, wanted)
+    thread = run_scenarios.threading.Thread(
+        target=idle.schedule, args=(["a", "b", "c"], run_scenarios.Gate(None), 1, 1, 2, FixedIdle(0.6)))
+    thread.start()
+    until(lambda: len(idle.running) == 2)
+    assert "one more: the CPUs 60% idle" in idle.extra["b"]
+    idle.release.set()
+    thread.join(10)
+    assert idle.most == 2

@@ -59,9 +59,15 @@ if args[0] == 'show':
         blocks.append('LoadState=%s\nActiveState=%s' % (unit['LoadState'], unit['ActiveState']))
     print('\n\n'.join(blocks))
 elif args[0] in ('stop', 'start'):
+    # As each engine unit's condition (llm-server may-start) does: a held unit is not started.
+    import glob
+    held = set()
+    for hold_file in glob.glob(os.path.join(here, '..', 'holds', '*.json')):
+        held |= set(json.load(open(hold_file))['engines'])
     for name in names:
         units.setdefault(name, {'LoadState': 'loaded', 'ActiveState': 'inactive'})
-        units[name]['ActiveState'] = 'active' if args[0] == 'start' else 'inactive'
+        if args[0] == 'stop' or name not in held:
+            units[name]['ActiveState'] = 'active' if args[0] == 'start' else 'inactive'
     json.dump(units, open(path, 'w'))
 '''
 
@@ -97,7 +103,7 @@ class Host:
             path = self.bin / name
             path.write_text('#!%s\n%s' % (sys.executable, text))
             path.chmod(0o755)
-        for sub in ('instances', 'health', 'metrics', 'state', 'request', 'health-state'):
+        for sub in ('instances', 'health', 'metrics', 'state', 'request', 'health-state', 'holds'):
             (root / sub).mkdir()
         self.units({})
         self.ups(ON_LINE)
@@ -112,6 +118,7 @@ class Host:
             'health_config_dir': str(root / 'health'),
             'request_file': str(root / 'request' / 'request'),
             'state_dir': str(root / 'state'),
+            'hold_dir': str(root / 'holds'),
             'metrics_dir': str(root / 'metrics'),
             'resume_charge_percent': 30,
             'resume_timeout_s': 30,
@@ -263,6 +270,69 @@ def test_stop_stops_only_running_engines_and_power_back_starts_only_those(host):
     assert metrics['llm_ups_last_start_healthy'] == 1
     assert not any(key.startswith('llm_ups_engine_stopped{') for key in metrics)
     assert any('healthy after' in line for line in lines)
+
+
+def watchdog_holds(host, *units):
+    """The GPU watchdog's file in the hold directory, as it writes it (this boot)."""
+    _holds = llm_ups._holds
+    _holds.write(host.config['hold_dir'], 'watchdog',
+                 {unit: [{'gpu': 0, 'reason': 'heat', 'since': time.time()}] for unit in units})
+
+
+def test_the_ups_holds_what_it_stops_and_what_another_holds_and_starts_only_what_nobody_holds(host):
+    """The engine the watchdog stopped for heat is held by the UPS too on battery;
+    at power-back it stays stopped while the watchdog holds it, and the UPS lets go."""
+    _holds = llm_ups._holds
+    host.engine('llamacpp-a', 'active', 8101)
+    host.engine('llamacpp-b', 'inactive', 8102)
+    watchdog_holds(host, 'llamacpp-b.service')
+    config = host.write_config()
+    lines = []
+
+    ask(host, 'stop', 'engines-off')
+    assert llm_ups.apply(config, lines.append) == 0
+    assert host.systemctl_log() == ['stop -- llamacpp-a.service']
+    assert sorted(_holds.own(config['hold_dir'], 'ups')) == ['llamacpp-a.service', 'llamacpp-b.service']
+    assert any('llamacpp-b.service held already (the GPU watchdog (heat))' in line for line in lines)
+
+    ask(host, 'start', 'power-back')
+    assert llm_ups.apply(config, lines.append) == 0
+    assert host.systemctl_log()[-1] == 'start -- llamacpp-a.service'
+    # The UPS let go before it started it (each unit's condition reads the holds as it starts).
+    assert host.unit_states() == {'llamacpp-a.service': 'active', 'llamacpp-b.service': 'inactive'}
+    assert any('llamacpp-b.service stays stopped: released by the UPS, still held by the GPU watchdog (heat)'
+               in line for line in lines)
+    assert _holds.own(config['hold_dir'], 'ups') == {}
+    assert not (host.root / 'holds' / 'ups.json').exists()
+
+
+def test_power_back_starts_an_engine_whose_other_holder_let_go_on_battery(host):
+    _holds = llm_ups._holds
+    host.engine('llamacpp-b', 'inactive', 8102)
+    watchdog_holds(host, 'llamacpp-b.service')
+    config = host.write_config()
+    ask(host, 'stop', 'engines-off')
+    assert llm_ups.apply(config, [].append) == 0
+    assert host.systemctl_log() == []
+    # The GPU cooled on battery: the watchdog let go (and left it stopped, the UPS holding it).
+    _holds.write(config['hold_dir'], 'watchdog', {})
+    ask(host, 'start', 'power-back')
+    assert llm_ups.apply(config, [].append) == 0
+    assert host.systemctl_log() == ['start -- llamacpp-b.service']
+    assert host.unit_states()['llamacpp-b.service'] == 'active'
+
+
+def test_a_hold_from_another_boot_does_not_count(host):
+    _holds = llm_ups._holds
+    host.engine('llamacpp-b', 'inactive', 8102)
+    _holds.write(host.config['hold_dir'], 'watchdog',
+                 {'llamacpp-b.service': [{'reason': 'heat', 'since': 1.0}]}, current_boot='an-earlier-boot')
+    config = host.write_config()
+    ask(host, 'stop', 'engines-off')
+    lines = []
+    assert llm_ups.apply(config, lines.append) == 0
+    assert 'stop: no engine runs (llamacpp-b.service)' in lines
+    assert _holds.own(config['hold_dir'], 'ups') == {}
 
 
 def test_a_blip_power_back_starts_nothing(host):
@@ -428,10 +498,12 @@ def test_gate_without_a_ups_lets_the_engines_start(host):
     assert verdict == 'ready' and 'no battery.charge' in lines[0]
 
 
-def test_gate_subcommand_runs_against_upsc(host):
+def test_gate_subcommand_runs_against_upsc(host, collection_root):
     host.write_config()
+    # On the host _holds.py lies next to llm-ups.py; here the collection has it.
     proc = subprocess.run([sys.executable, LLM_UPS, '--config', str(host.root / 'ups.json'), 'gate'],
-                          capture_output=True, text=True, timeout=30, check=False)
+                          capture_output=True, text=True, timeout=30, check=False,
+                          env=dict(os.environ, PYTHONPATH=collection_root))
     assert proc.returncode == 0, proc.stderr
     assert 'on line with the battery at 100%' in proc.stdout
 

@@ -123,7 +123,10 @@ def run(config, once=False):
 def status(config):
     run_dir = config['run_dir']
     report = {name: _watchdog_daemon.read_json(os.path.join(run_dir, name + '.json'), {})
-              for name in ('heat', 'held', 'attention')}
+              for name in ('heat', 'attention')}
+    # By engine name, as the watchdog names them (its file in the hold directory has their units).
+    report['held'] = {unit[:-len('.service')]: holds for unit, holds in
+                      _watchdog_daemon._holds.own(config['hold_dir'], _watchdog_daemon.HOLDER).items()}
     report['reboots'] = _watchdog_daemon.read_json(os.path.join(config['state_dir'], 'reboots.json'), {})
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0

@@ -63,6 +63,11 @@ import sys
 import tempfile
 import time
 
+try:
+    import _holds
+except ImportError:  # the unit tests import it from the collection
+    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -79,6 +84,8 @@ CONFIG_DEFAULTS = {
     'health_config_dir': '/etc/llm-server/health',
     'request_file': '/run/llm-server/ups-request/request',
     'state_dir': '/run/llm-server/ups',
+    # The holds every actor respects (_holds.py): the UPS's are ups.json there.
+    'hold_dir': '/var/lib/llm-server/holds',
     'metrics_dir': None,
     'metrics_interval_s': 15,
     'resume_charge_percent': 30,
@@ -300,10 +307,36 @@ def state_lock(config):
         yield handle
 
 
+HOLDER = 'ups'
+HOLD_REASON = 'on battery'
+
+
 def save_state(config, state, log=_log):
-    """The state file, then the engines' metrics from it (caller holds state_lock)."""
+    """The state file, the UPS's holds and the engines' metrics from it (caller holds state_lock)."""
     write_atomically(_state_path(config), json.dumps(state, indent=2, sort_keys=True) + '\n')
+    _sync_holds(config, state, log)
     _write_engines_metrics(config, state, log)
+
+
+def _sync_holds(config, state, log):
+    """The UPS's file in the hold directory: the units it stopped, written only when they changed."""
+    held = _holds.own(config['hold_dir'], HOLDER)
+    if set(held) == set(state['stopped']):
+        return
+    since = state['last_action']['stop'] or time.time()
+    try:
+        _holds.write(config['hold_dir'], HOLDER, {unit: held.get(unit) or [{'reason': HOLD_REASON, 'since': since}]
+                                                  for unit in state['stopped']})
+    except OSError as exc:
+        log('cannot write the UPS\'s holds into %s: %s' % (config['hold_dir'], exc.strerror or exc))
+
+
+def held_by_others(config, units):
+    """{unit: [(holder, hold)]} of the units another holder (the GPU watchdog, the owner) holds."""
+    holds, problems = _holds.read(config['hold_dir'])
+    for problem in problems:
+        _log('hold file left out: %s' % problem)
+    return {unit: pairs for unit in units for pairs in [_holds.holders_of(holds, unit, but=HOLDER)] if pairs}
 
 
 def update_state(config, change, log=_log):
@@ -492,14 +525,23 @@ def do_stop(config, log):
     units = engine_units(config)
     states = unit_states(config, units)
     running = [unit for unit in units if states.get(unit, {}).get('ActiveState') in RUNNING_STATES]
-    if not running:
+    # Stopped already by another holder (the GPU watchdog, the owner): the UPS
+    # holds them too, so a release by that holder on battery does not start
+    # them, and starts them at power-back if that holder has let go by then.
+    others = held_by_others(config, [unit for unit in units if unit not in running])
+    if others:
+        log('stop: %s held already (%s): held for the UPS too' % (
+            ', '.join(sorted(others)), '; '.join(_holds.describe(pairs) for _unit, pairs in sorted(others.items()))))
+    if not running and not others:
         log('stop: no engine runs (%s)' % (', '.join(units) or 'none registered'))
         return 'nothing'
 
     def record(state):
-        state['stopped'] = sorted(set(state['stopped']) | set(running))
+        state['stopped'] = sorted(set(state['stopped']) | set(running) | set(others))
     # Recorded first: a stop cut short still leaves the units to start again.
     update_state(config, record, log)
+    if not running:
+        return 'stopped'
     started = time.monotonic()
     with health_checks_held(config, running, log):
         rc, out = _run([config['systemctl'], 'stop', '--'] + running, config['command_timeout_s'])
@@ -589,19 +631,26 @@ def do_start(config, request, log):
     gone = sorted(set(stopped) - set(known))
     if gone:
         log('start: %s no longer exist: not started' % ', '.join(gone))
-    began = time.monotonic()
-    rc, out = (0, '')
-    if known:
-        rc, out = _run([config['systemctl'], 'start', '--'] + known, config['command_timeout_s'])
-        if rc != 0:
-            log('start: systemctl start %s answered %s: %s' % (' '.join(known), rc, _one_line(out, 200)))
+    # The UPS lets go of all of them; one that another still holds is started
+    # by the last holder to release it.
+    others = held_by_others(config, known)
+    for unit, pairs in sorted(others.items()):
+        log('start: %s stays stopped: released by the UPS, still held by %s' % (unit, _holds.describe(pairs)))
+    known = [unit for unit in known if unit not in others]
 
+    # The UPS lets go first: each unit's condition reads the holds as it starts.
     def record(state):
         state['stopped'] = [unit for unit in state['stopped'] if unit not in stopped]
         state['actions']['start'] += 1
         state['last_action']['start'] = time.time()
         state['last_start_healthy'] = None
     update_state(config, record, log)
+    began = time.monotonic()
+    rc, out = (0, '')
+    if known:
+        rc, out = _run([config['systemctl'], 'start', '--'] + known, config['command_timeout_s'])
+        if rc != 0:
+            log('start: systemctl start %s answered %s: %s' % (' '.join(known), rc, _one_line(out, 200)))
     log('start: started %s (%.1f s)' % (', '.join(known) or 'nothing', time.monotonic() - began))
     healthy, cut_short = wait_healthy(config, known, log, superseded)
     if cut_short:
@@ -798,6 +847,9 @@ def status(config, log=_log):
     state = load_state(config)
     log('engines: %s' % ', '.join(engine_units(config)))
     log('stopped by the UPS: %s' % (', '.join(state['stopped']) or 'none'))
+    others = held_by_others(config, engine_units(config))
+    for unit, pairs in sorted(others.items()):
+        log('%s is held by %s too' % (unit, _holds.describe(pairs)))
     request, why = read_request(config['request_file'])
     if request is not None:
         handled = '' if request.stamp == state['handled'] else ', not handled yet'

@@ -98,6 +98,7 @@ def setup(tmp_path):
         fail = overrides.pop('fail', ())
         settings = {'registry_dir': str(registry), 'state_dir': str(tmp_path / 'state'),
                     'run_dir': str(tmp_path / 'run'), 'metrics_dir': str(tmp_path / 'metrics'),
+                    'hold_dir': str(tmp_path / 'holds'),
                     'kernel_log': str(tmp_path / 'kern.log'),
                     'heat': {'stop_after_s': 10, 'cool_for_s': 60}}
         settings.update(overrides)
@@ -179,6 +180,66 @@ def test_heat_steps_stop_and_restore(setup):
     assert 'llm_watchdog_actions_total{action="stop_engines",gpu="0",result="done"} 1' in text
     assert 'llm_watchdog_heat_level{gpu="0"} 0' in text
     assert 'llm_watchdog_heat_threshold_celsius{gpu="0",step="power"} 87' in text
+
+
+def heat_stop(watchdog, supervisor, clock):
+    supervisor.temps[0] = 95.0
+    watchdog.tick()
+    clock.now += 11
+    watchdog.tick()
+
+
+def cool_down(watchdog, supervisor, clock):
+    supervisor.temps[0] = 70.0
+    watchdog.tick()
+    clock.now += 61
+    watchdog.tick()
+
+
+def test_the_watchdogs_holds_are_its_file_in_the_hold_directory(setup):
+    watchdog, supervisor, _actuator, clock, _lines = setup()
+    heat_stop(watchdog, supervisor, clock)
+    holds, problems = daemon._holds.read(str(setup.tmp / 'holds'))
+    assert problems == [] and list(holds) == ['watchdog']
+    assert [(h['gpu'], h['reason']) for h in holds['watchdog']['llm-a.service']] == [(0, 'heat')]
+    # A new daemon (a restart of the service) picks its holds up again.
+    again, _s, _a, _c, _l = setup()
+    assert list(again.held) == ['llm-a']
+    cool_down(watchdog, supervisor, clock)
+    assert daemon._holds.read(str(setup.tmp / 'holds'))[0] == {}
+
+
+def test_the_watchdog_lets_go_before_it_starts_the_engine(setup):
+    """The unit's condition (llm-server may-start) reads the holds when systemd
+    starts it: by then the watchdog's own hold must be gone from its file."""
+    watchdog, supervisor, actuator, clock, _lines = setup()
+    heat_stop(watchdog, supervisor, clock)
+    seen = []
+    record = actuator.systemctl
+
+    def systemctl(verb, unit):
+        if verb == 'start':
+            seen.append(daemon._holds.read(str(setup.tmp / 'holds'))[0])
+        return record(verb, unit)
+    actuator.systemctl = systemctl
+    cool_down(watchdog, supervisor, clock)
+    assert actuator.calls[-1] == ('systemctl', 'start', 'llm-a')
+    assert seen == [{}]
+
+
+def test_a_cooled_gpu_does_not_start_an_engine_the_ups_holds(setup):
+    """On battery the watchdog's restore lets go of its hold but leaves the
+    engine stopped; the UPS starts it at power-back."""
+    watchdog, supervisor, actuator, clock, lines = setup()
+    heat_stop(watchdog, supervisor, clock)
+    assert actuator.calls[-1] == ('systemctl', 'stop', 'llm-a')
+    daemon._holds.write(str(setup.tmp / 'holds'), 'ups',
+                        {'llm-a.service': [{'reason': 'on battery', 'since': 1000.0}]})
+    cool_down(watchdog, supervisor, clock)
+    assert ('systemctl', 'start', 'llm-a') not in actuator.calls
+    assert 'llm-a stays stopped: released by the watchdog, still held by the UPS (on battery)' in lines
+    assert watchdog.held == {}
+    assert list(daemon._holds.read(str(setup.tmp / 'holds'))[0]) == ['ups']
 
 
 def test_dry_run_changes_nothing_and_says_so(setup):

@@ -1,0 +1,197 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""llm-server: hold an engine for maintenance, release it, and see who holds what.
+
+An engine is held while anyone holds it: the UPS on battery, the GPU
+watchdog for heat or an XID, the owner. Nobody starts a held engine: its
+unit runs `llm-server may-start` first and is skipped while a hold counts
+(the health checker's restart, the watchdog's restore, the UPS's power-back
+and the boot alike). The last holder to release an engine starts it.
+
+  llm-server status [ENGINE ...] [--json]
+      Every registered engine (or those named): its unit's state and who
+      holds it, why and since when.
+  llm-server hold ENGINE [--reason TEXT]
+      The owner's hold (kept across reboots), then the engine is stopped.
+  llm-server release ENGINE
+      Drops the owner's hold; starts the engine when nobody else holds it,
+      otherwise says who still does.
+  llm-server may-start UNIT
+      The engine units' ExecCondition: exit 0 when nothing holds UNIT, 1 (and
+      who holds it, for the journal) when something does.
+
+ENGINE is an engine's name in the registry (vllm-qwen3-cpu0) or its unit.
+The settings (hold_dir, registry_dir, systemctl) come from --config, written
+by the serving role. Exit 2: a usage or configuration error.
+
+Standard library only: this runs on the target with the system python3.
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+try:
+    import _holds
+except ImportError:  # the unit tests, and ansible-test, import it from the collection
+    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+
+DEFAULT_CONFIG = '/etc/llm-server/llm-server.json'
+HOLDER = 'owner'
+COMMAND_TIMEOUT_S = 300
+
+
+def load_config(path):
+    try:
+        with open(path, encoding='utf-8') as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise SystemExit('llm-server: cannot read %s: %s' % (path, exc)) from None
+    if not isinstance(config, dict):
+        raise SystemExit('llm-server: %s must hold a JSON object' % path)
+    missing = [key for key in ('hold_dir', 'registry_dir') if not isinstance(config.get(key), str)]
+    if missing:
+        raise SystemExit('llm-server: %s lacks %s' % (path, ', '.join(missing)))
+    config.setdefault('systemctl', 'systemctl')
+    return config
+
+
+def registered(config):
+    """The units of the engines in the registry, by name."""
+    return [os.path.basename(path)[:-len('.json')] + '.service'
+            for path in sorted(glob.glob(os.path.join(config['registry_dir'], '*.json')))]
+
+
+def systemctl(config, *args):
+    try:
+        proc = subprocess.run([config['systemctl']] + list(args), capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, str(exc)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def active_states(config, units):
+    rc, out = systemctl(config, 'show', '--property=ActiveState', '--value', '--', *units)
+    values = out.splitlines() if rc == 0 else []
+    return dict(zip(units, values)) if len(values) == len(units) else {unit: 'unknown' for unit in units}
+
+
+def _warn(problems):
+    for problem in problems:
+        print('llm-server: hold file left out: %s' % problem, file=sys.stderr)
+
+
+def status(config, engines, as_json):
+    units = [_holds.unit_of(engine) for engine in engines] or registered(config)
+    holds, problems = _holds.read(config['hold_dir'])
+    _warn(problems)
+    states = active_states(config, units) if units else {}
+    rows = [{'unit': unit, 'state': states.get(unit, 'unknown'),
+             'holds': [dict(hold, holder=holder) for holder, hold in _holds.holders_of(holds, unit)]}
+            for unit in units]
+    if as_json:
+        print(json.dumps({'engines': rows, 'problems': problems}, indent=1, sort_keys=True))
+        return 0
+    if not rows:
+        print('no engine is registered in %s' % config['registry_dir'])
+    for row in rows:
+        held = '; '.join('held by %s: %s since %s' % (
+            _holds.holder_name(hold['holder']), hold['reason'],
+            time.strftime('%Y-%m-%d %H:%M', time.localtime(hold['since']))) for hold in row['holds'])
+        print('%-40s %-12s %s' % (row['unit'], row['state'], held or 'not held'))
+    return 0
+
+
+def hold(config, engine, reason):
+    unit = _holds.unit_of(engine)
+    with _holds.updating(config['hold_dir'], HOLDER, persistent=True) as engines:
+        if not engines.get(unit):
+            engines[unit] = [{'reason': reason, 'since': time.time()}]
+    rc, out = systemctl(config, 'stop', '--', unit)
+    if rc != 0:
+        print('llm-server: %s is held, but systemctl stop answered %s: %s' % (unit, rc, out), file=sys.stderr)
+        return 1
+    print('%s held by the owner (%s) and stopped; `llm-server release %s` starts it again'
+          % (unit, engines[unit][0]['reason'], engine))
+    return 0
+
+
+def release(config, engine):
+    unit = _holds.unit_of(engine)
+    with _holds.updating(config['hold_dir'], HOLDER, persistent=True) as engines:
+        had = engines.pop(unit, None)
+    if not had:
+        print('%s was not held by the owner' % unit)
+    holds, problems = _holds.read(config['hold_dir'])
+    _warn(problems)
+    others = _holds.holders_of(holds, unit)
+    if others:
+        print('%s stays stopped: still held by %s' % (unit, _holds.describe(others)))
+        return 0
+    if not had:
+        return 0
+    rc, out = systemctl(config, 'start', '--', unit)
+    if rc != 0:
+        print('llm-server: systemctl start %s answered %s: %s' % (unit, rc, out), file=sys.stderr)
+        return 1
+    print('%s released and started' % unit)
+    return 0
+
+
+def may_start(config, unit):
+    holds, problems = _holds.read(config['hold_dir'])
+    # A file nobody can read holds nothing: an engine is not kept down by a
+    # broken file (status and the journal name it).
+    _warn(problems)
+    others = _holds.holders_of(holds, _holds.unit_of(unit))
+    if others:
+        print('%s is held by %s: not started (it starts when the last holder releases it)'
+              % (unit, _holds.describe(others)), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog='llm-server', description=__doc__.splitlines()[0])
+    parser.add_argument('--config', default=DEFAULT_CONFIG)
+    sub = parser.add_subparsers(dest='command', required=True)
+    show = sub.add_parser('status', help='who holds which engine')
+    show.add_argument('engines', nargs='*', metavar='ENGINE')
+    show.add_argument('--json', action='store_true')
+    take = sub.add_parser('hold', help="the owner's hold: stop the engine and keep it stopped")
+    take.add_argument('engine', metavar='ENGINE')
+    take.add_argument('--reason', default='maintenance')
+    give = sub.add_parser('release', help="drop the owner's hold; start the engine if nobody else holds it")
+    give.add_argument('engine', metavar='ENGINE')
+    check = sub.add_parser('may-start', help="the engine units' ExecCondition")
+    check.add_argument('unit', metavar='UNIT')
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    config = load_config(args.config)
+    try:
+        if args.command == 'status':
+            return status(config, args.engines, args.json)
+        if args.command == 'hold':
+            if not args.reason.strip():
+                raise _holds.HoldError('--reason must say why')
+            return hold(config, args.engine, args.reason.strip())
+        if args.command == 'release':
+            return release(config, args.engine)
+        return may_start(config, args.unit)
+    except _holds.HoldError as exc:
+        print('llm-server: %s' % exc, file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print('llm-server: %s' % exc, file=sys.stderr)
+        return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main())
