@@ -271,7 +271,7 @@ def test_wait_json_and_deadline_cut_to_the_timeout(start_server):
 
 
 @pytest.fixture
-def watch_env(tmp_path):
+def watch_env(tmp_path, collection_root):
     """Stand-in systemctl in PATH; returns helpers to set the unit state and run ticks."""
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()
@@ -282,9 +282,12 @@ def watch_env(tmp_path):
                     'if [ "$1" = show ] && [ -f "%s" ]; then cat "%s"; exit 0; fi\n'
                     'echo "System has not been booted with systemd" >&2; exit 1\n' % (calls, show_file, show_file))
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    env = dict(os.environ, PATH='%s%s%s' % (bin_dir, os.pathsep, os.environ.get('PATH', '')))
+    # _holds.py from the collection, as it lies beside llm-health.py on the host.
+    env = dict(os.environ, PATH='%s%s%s' % (bin_dir, os.pathsep, os.environ.get('PATH', '')),
+               PYTHONPATH=collection_root)
 
     class Watch:
+        hold_dir = tmp_path / 'holds'
         restarts_file = tmp_path / 'restarts'
         state_dir = tmp_path / 'state'
         config_path = tmp_path / 'engine-a.json'
@@ -753,10 +756,11 @@ def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_
     stop = _task(instance_tasks, "Take out of the proxy's list")['loop']
     prune = _task(_role_yaml('tasks', 'prune_one.yml'), 'Remove the files of')['loop']
     template = ('{%% set _serving_metrics_dir = %s %%}{%% set _serving_scrape_dir = %s %%}'
-                '{%% set _serving_registry_dir = %s %%}'
+                '{%% set _serving_registry_dir = %s %%}{%% set _serving_hold_dir = %s %%}'
                 '{%% set _serving_scrape_file = %s %%}{%% set serving_prune_name = serving_instance.name %%}%s'
                 % (_metrics_dir_expression(), _vars_expression('_serving_scrape_dir'),
-                   _vars_expression('_serving_registry_dir'), _vars_expression('_serving_scrape_file'),
+                   _vars_expression('_serving_registry_dir'), _vars_expression('_serving_hold_dir'),
+                   _vars_expression('_serving_scrape_file'),
                    json.dumps({'settings': settings, 'stop': stop, 'prune': prune})))
     server = start_server('--model', 'Qwen/Qwen3-32B')
     port = int(server.url.rsplit(':', 1)[1])
@@ -765,6 +769,7 @@ def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_
     variables.update(serving_instance={'name': 'engine-a', 'port': port, 'model_name': 'Qwen/Qwen3-32B'},
                      serving_config_dir=str(tmp_path / 'etc'), serving_state_dir=str(tmp_path / 'var'),
                      llm_server_metrics_dir=str(watch_env.metrics_dir))
+    hold_dir = str(tmp_path / 'var' / 'holds')
     result = render(template, **variables)
     assert 'value' in result, result
     rendered = result['value'] if isinstance(result['value'], dict) else json.loads(result['value'])
@@ -775,7 +780,12 @@ def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_
     watch_env.config_path.write_text(json.dumps(config))
     rc, out, err = watch_env.tick()
     assert rc == 0, out + err
-    values = metric_values(watch_env.metrics_file.read_text(), dict(PROBE_LABELS, model='Qwen/Qwen3-32B'))
+    # The holds where the serving role keeps them (serving_state_dir/holds): nobody holds it.
+    assert config['hold_dir'] == hold_dir
+    text = watch_env.metrics_file.read_text()
+    probe, held = text.split('# HELP llm_engine_held ')
+    assert 'llm_engine_held{serving_instance="engine-a",unit="engine-a.service",model="Qwen/Qwen3-32B"} 0' in held
+    values = metric_values(probe, dict(PROBE_LABELS, model='Qwen/Qwen3-32B'))
     assert values['llm_engine_probe_success'] == 1 and values['llm_engine_probe_interval_seconds'] == 30
 
     # Stopping and pruning the instance remove that very file, and its registration for Prometheus.
@@ -844,3 +854,57 @@ def test_config_interval_is_a_systemd_time_span(tmp_path, span, seconds):
         interval=span))
     assert config['interval'] == pytest.approx(seconds)
     assert config['metrics_dir'] == '/srv/m'
+
+
+# ------------------------------------------------------------------ holds
+
+
+def test_watch_never_restarts_a_held_engine_and_says_who_holds_it(start_server, watch_env):
+    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+    server = start_server('--model', 'm', '--fail-status', '500')
+    watch_env.configure(server.url, failures_before_restart=1, backoff_initial_s=0, hold_dir=str(watch_env.hold_dir))
+    _holds.write(str(watch_env.hold_dir), 'owner', {'engine-a.service': [{'reason': 'new fan', 'since': 1.0}]},
+                 persistent=True)
+    _holds.write(str(watch_env.hold_dir), 'ups', {'engine-a.service': [{'reason': 'on battery', 'since': 2.0}]})
+
+    rc, out, _err = watch_env.tick()
+    assert rc == 1
+    assert 'not restarted; held by the owner (new fan), the UPS (on battery)' in out
+    assert watch_env.restarts() == 0
+    text = watch_env.metrics_file.read_text()
+    promtool_check_metrics(text)
+    labels = 'serving_instance="engine-a",unit="engine-a.service",model="m"'
+    assert 'llm_engine_held{%s} 1\n' % labels in text
+    assert 'llm_engine_held_by{%s,holder="owner"} 1\n' % labels in text
+    assert 'llm_engine_held_by{%s,holder="ups"} 1\n' % labels in text
+
+    # Stopped by its holders: not checked, and the line says why it is down.
+    watch_env.unit(active='inactive')
+    rc, out, _err = watch_env.tick()
+    assert rc == 0
+    assert out.strip() == ('engine-a: not checked, engine-a.service is inactive (running); '
+                           'held by the owner (new fan), the UPS (on battery)')
+
+    # Released by both: 0, no holder, and the restart at the threshold again.
+    _holds.write(str(watch_env.hold_dir), 'owner', {}, persistent=True)
+    _holds.write(str(watch_env.hold_dir), 'ups', {})
+    watch_env.unit()
+    rc, out, _err = watch_env.tick()
+    assert 'restart 1;' in out and watch_env.restarts() == 1
+    text = watch_env.metrics_file.read_text()
+    promtool_check_metrics(text)
+    assert 'llm_engine_held{%s} 0\n' % labels in text and 'llm_engine_held_by{' not in text
+
+
+def test_watch_without_hold_dir_writes_no_hold_metrics(start_server, watch_env):
+    server = start_server('--model', 'm')
+    watch_env.configure(server.url)
+    watch_env.tick()
+    assert 'llm_engine_held' not in watch_env.metrics_file.read_text()
+
+
+def test_watch_refuses_a_relative_hold_dir(start_server, watch_env):
+    server = start_server('--model', 'm')
+    watch_env.configure(server.url, hold_dir='holds')
+    rc, out, err = watch_env.tick()
+    assert rc == 2 and 'hold_dir must be an absolute path' in out + err

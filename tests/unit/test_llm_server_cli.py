@@ -116,8 +116,22 @@ def test_a_broken_hold_file_holds_nothing_and_is_named(host):
 @pytest.mark.parametrize('args, message', [
     (['hold', 'vllm a'], "'vllm a' is not an engine name"),
     (['hold', 'vllm-a', '--reason', ' '], '--reason must say why'),
+    # A typo holds nothing that runs: refused, naming what is registered.
+    (['hold', 'vllm-c'], 'vllm-c is not a registered engine ('),
+    (['hold', 'vllm-c.service'], 'registered: vllm-a, vllm-b'),
 ])
 def test_bad_input_is_refused_with_exit_2(host, args, message):
     proc = host.run(*args)
     assert proc.returncode == 2 and message in proc.stderr
     assert host.calls() == []
+
+
+def test_a_release_of_an_engine_no_longer_registered_drops_its_hold(host):
+    # Held, then taken out of the inventory: its hold can still be let go.
+    host.run('hold', 'vllm-b')
+    os.unlink(os.path.join(str(host.root), 'instances', 'vllm-b.json'))
+    released = host.run('release', 'vllm-b')
+    assert released.returncode == 0, released.stderr
+    assert 'not in the registry any more' in released.stdout
+    assert _holds.read(host.hold_dir)[0] == {}
+    assert host.calls() == ['stop -- vllm-b.service']

@@ -40,6 +40,9 @@ The watch configuration is a JSON object:
                               tick writes {metrics_dir}/llm_engine_probe_{name}.prom
   interval                    the timer's period, required with metrics_dir: a
                               systemd time span ("30s", "1min 30s") or seconds
+  hold_dir                    none   the holds (llm-server hold, the UPS, the GPU
+                              watchdog): a held engine is never restarted, and
+                              the metrics say who holds it
 Numbers may be JSON strings ("20"). Unknown keys are an error (a typo would
 otherwise be ignored).
 
@@ -49,7 +52,9 @@ and past its grace, or its state unknown; 1 for a healthy engine, a failure
 within the grace and a unit that is not active), llm_engine_probe_timestamp_seconds
 (when the tick ran), llm_engine_probe_interval_seconds and the counter
 llm_engine_probe_restarts_total (the state file's restarts, so it survives
-from one tick to the next). It is replaced atomically (a temporary file in the
+from one tick to the next). With hold_dir it also holds llm_engine_held (1
+while anyone holds the engine, else 0) and one llm_engine_held_by sample
+(label holder: ups, watchdog, owner) per holder. It is replaced atomically (a temporary file in the
 same directory, renamed) with mode 0644. A tick that did not finish (another
 one holds the lock, a configuration error) writes nothing, so its timestamp
 ages. A file that cannot be written is reported on the tick's line and does
@@ -79,6 +84,14 @@ import sys
 import tempfile
 import time
 from urllib.parse import urlsplit
+
+try:
+    import _holds  # beside this file on the host (the serving role installs both)
+except ImportError:
+    try:  # the unit tests, and ansible-test, import it from the collection
+        from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+    except ImportError:  # check and wait need no holds
+        _holds = None
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
@@ -362,6 +375,8 @@ WATCH_DEFAULTS = {
     'metrics_dir': None,
     # The timer's period (a systemd time span or seconds), written as a metric.
     'interval': None,
+    # The holds' directory (plugins/module_utils/_holds.py); None reads no holds.
+    'hold_dir': None,
 }
 WATCH_REQUIRED = ('name', 'url', 'model', 'unit')
 _NUMBERS = {  # key: (minimum, integer)
@@ -470,6 +485,11 @@ def load_watch_config(path):
         config['restart_command'] = ['systemctl', 'restart', config['unit']]
     elif not isinstance(command, list) or not command or not all(isinstance(arg, str) and arg for arg in command):
         raise ConfigError('restart_command must be a non-empty list of strings, not %r' % (command,))
+    if config['hold_dir'] is not None and (not isinstance(config['hold_dir'], str)
+                                           or not config['hold_dir'].startswith('/')):
+        raise ConfigError('hold_dir must be an absolute path, not %r' % (config['hold_dir'],))
+    if config['hold_dir'] is not None and _holds is None:
+        raise ConfigError('hold_dir needs _holds.py beside llm-health.py (the serving role installs it)')
     if config['api_key_file'] is not None and not isinstance(config['api_key_file'], str):
         raise ConfigError('api_key_file must be a path, not %r' % (config['api_key_file'],))
     if config['metrics_dir'] is not None:
@@ -562,6 +582,11 @@ METRIC_FAMILIES = (  # name, type, help
     ('llm_engine_probe_restarts_total', 'counter',
      'Restarts of the engine by its health check (attempts, kept in its state file).'),
 )
+HOLD_FAMILIES = (  # name, type, help: written with hold_dir
+    ('llm_engine_held', 'gauge',
+     '1 while anyone holds the engine stopped (llm-server hold, the UPS, the GPU watchdog), else 0.'),
+    ('llm_engine_held_by', 'gauge', '1 for each holder of the engine (label holder).'),
+)
 
 
 def metrics_path(metrics_dir, name):
@@ -578,10 +603,14 @@ def _number_text(value):
     return '%d' % value if value == int(value) else repr(float(value))
 
 
-def render_metrics(config, success, timestamp, restarts):
-    """The exposition text of one tick: a HELP and a TYPE line and one sample per family."""
-    labels = '{serving_instance="%s",unit="%s",model="%s"}' % (
+def render_metrics(config, success, timestamp, restarts, holders=None):
+    """The exposition text of one tick: a HELP and a TYPE line and one sample per family.
+
+    holders (the holder names, with hold_dir) adds llm_engine_held and one
+    llm_engine_held_by sample per holder."""
+    inner = 'serving_instance="%s",unit="%s",model="%s"' % (
         _label_value(config['name']), _label_value(config['unit']), _label_value(config['model']))
+    labels = '{%s}' % inner
     values = {
         'llm_engine_probe_success': 1 if success else 0,
         'llm_engine_probe_timestamp_seconds': round(timestamp, 3),
@@ -593,6 +622,12 @@ def render_metrics(config, success, timestamp, restarts):
         lines.append('# HELP %s %s' % (name, help_text))
         lines.append('# TYPE %s %s' % (name, kind))
         lines.append('%s%s %s' % (name, labels, _number_text(values[name])))
+    if holders is not None:
+        (held, held_kind, held_help), (by, by_kind, by_help) = HOLD_FAMILIES
+        lines += ['# HELP %s %s' % (held, held_help), '# TYPE %s %s' % (held, held_kind),
+                  '%s%s %d' % (held, labels, 1 if holders else 0),
+                  '# HELP %s %s' % (by, by_help), '# TYPE %s %s' % (by, by_kind)]
+        lines += ['%s{%s,holder="%s"} 1' % (by, inner, _label_value(holder)) for holder in sorted(set(holders))]
     return '\n'.join(lines) + '\n'
 
 
@@ -615,10 +650,11 @@ def write_atomically(path, text):
         raise
 
 
-def _write_metrics(config, state, code):
+def _write_metrics(config, state, code, holds):
     """Writes the tick's metrics; returns None, or why they could not be written."""
     path = metrics_path(config['metrics_dir'], config['name'])
-    text = render_metrics(config, code == EXIT_HEALTHY, state['last_check'], state['restarts'])
+    holders = None if holds is None else [holder for holder, _hold in holds]
+    text = render_metrics(config, code == EXIT_HEALTHY, state['last_check'], state['restarts'], holders)
     try:
         write_atomically(path, text)
     except OSError as exc:
@@ -645,14 +681,15 @@ def watch_tick(config, api_key, now=None):
                 return EXIT_HEALTHY, '%s: skipped, another check of it is still running' % name
             raise
         state, note = load_state(state_path, config)
-        code, line = _tick(config, api_key, state, now)
+        holds = _holds_on(config)
+        code, line = _tick(config, api_key, state, now, holds or [])
         save_state(state_path, state)
         if note:
             line += '; ' + note
         if config['metrics_dir'] is not None:
             # Only counted failures return EXIT_UNHEALTHY: a failure in the grace, a unit
             # that is not active and a healthy engine all return EXIT_HEALTHY.
-            why_not = _write_metrics(config, state, code)
+            why_not = _write_metrics(config, state, code, holds)
             if why_not:
                 line += '; ' + why_not
         return code, line
@@ -660,8 +697,20 @@ def watch_tick(config, api_key, now=None):
         lock.close()
 
 
-def _tick(config, api_key, state, now):
+def _holds_on(config):
+    """[(holder, hold)] on the engine's unit, or None without hold_dir.
+
+    A hold file that breaks the contract holds nothing (as for the unit's own
+    condition); llm-server status names it."""
+    if config['hold_dir'] is None:
+        return None
+    holds, _problems = _holds.read(config['hold_dir'])
+    return _holds.holders_of(holds, config['unit'])
+
+
+def _tick(config, api_key, state, now, holds):
     name, unit = config['name'], config['unit']
+    held = '; held by %s' % _holds.describe(holds) if holds else ''
     now = time.time() if now is None else now
     state['last_check'] = now
 
@@ -676,8 +725,8 @@ def _tick(config, api_key, state, now):
             # one; an inactive one was stopped on purpose. Old failures belonged to the last run.
             state['consecutive_failures'] = 0
             state['healthy_since'] = None
-            return EXIT_HEALTHY, '%s: not checked, %s is %s (%s)' % (
-                name, unit, active or 'unknown', props.get('SubState', '?'))
+            return EXIT_HEALTHY, '%s: not checked, %s is %s (%s)%s' % (
+                name, unit, active or 'unknown', props.get('SubState', '?'), held)
         try:
             entered_us = int(props.get('ActiveEnterTimestampMonotonic') or 0)
         except ValueError:
@@ -715,6 +764,9 @@ def _tick(config, api_key, state, now):
     line = '%s: UNHEALTHY (failure %d of %d): %s' % (name, failures, threshold, reason)
     if failures < threshold:
         return EXIT_UNHEALTHY, line + suffix
+    if holds:
+        # Whoever holds it restarts nothing either: the last holder to let go starts it.
+        return EXIT_UNHEALTHY, line + '; not restarted%s%s' % (held, suffix)
     allowed_at = state['next_allowed_restart']
     if allowed_at is not None and now < allowed_at:
         return EXIT_UNHEALTHY, line + '; restart held back by backoff for %s more%s' % (

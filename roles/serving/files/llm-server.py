@@ -12,6 +12,7 @@ and the boot alike). The last holder to release an engine starts it.
       holds it, why and since when.
   llm-server hold ENGINE [--reason TEXT]
       The owner's hold (kept across reboots), then the engine is stopped.
+      ENGINE must be in the registry (a typo would hold nothing).
   llm-server release ENGINE
       Drops the owner's hold; starts the engine when nobody else holds it,
       otherwise says who still does.
@@ -108,6 +109,11 @@ def status(config, engines, as_json):
 
 def hold(config, engine, reason):
     unit = _holds.unit_of(engine)
+    known = registered(config)
+    if unit not in known:
+        # A typo would hold nothing that runs, and the engine meant would go on serving.
+        raise _holds.HoldError('%s is not a registered engine (%s); registered: %s' % (
+            engine, config['registry_dir'], ', '.join(name[:-len('.service')] for name in known) or 'none'))
     with _holds.updating(config['hold_dir'], HOLDER, persistent=True) as engines:
         if not engines.get(unit):
             engines[unit] = [{'reason': reason, 'since': time.time()}]
@@ -133,6 +139,9 @@ def release(config, engine):
         print('%s stays stopped: still held by %s' % (unit, _holds.describe(others)))
         return 0
     if not had:
+        return 0
+    if unit not in registered(config):
+        print("%s released; not started: it is not in the registry any more" % unit)
         return 0
     rc, out = systemctl(config, 'start', '--', unit)
     if rc != 0:
