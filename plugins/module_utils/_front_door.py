@@ -34,6 +34,8 @@ EMAIL_PATTERN = r'^[^@\s]+@[^@\s]+$'
 ACME_URL_PATTERN = r'^https?://'
 SERVER_NAME_PATTERN = r'^[A-Za-z0-9._:-]+$'
 BACKEND_HOST_PATTERN = r'^[A-Za-z0-9._-]+$'
+# A backend's name names its include file and its unit (NAME.service), whose holds mark it down.
+BACKEND_NAME_PATTERN = r'^[A-Za-z0-9_.@-]{1,200}$'
 # What nginx's set_real_ip_from is given: an address or CIDR range by its
 # shape (a wrong number is left to nginx -t and the firewall role's check).
 TRUSTED_PATTERN = r'^([0-9]{1,3}[.]){3}[0-9]{1,3}(/[0-9]{1,2})?$|^[0-9A-Fa-f:]+(/[0-9]{1,3})?$'
@@ -214,7 +216,7 @@ def proxy_protocol_errors(settings, backends):
 
 
 def _backend_wrong(backend):
-    return (len(_text(backend.get('name', ''))) == 0
+    return (not _matches(backend.get('name', ''), BACKEND_NAME_PATTERN)
             or _jinja_int(backend.get('port', 0)) not in PORTS
             or not _matches(backend.get('host'), BACKEND_HOST_PATTERN)
             or not _matches(backend.get('model', ''), MODEL_PATTERN)
@@ -232,7 +234,8 @@ def backend_errors(settings, backends):
     for backend in backends:
         if not isinstance(backend, dict) or _backend_wrong(backend):
             name = _shown(backend.get('name', '?')) if isinstance(backend, dict) else '?'
-            errors.append('%s: the backend %sneeds a name, a port from 1 to 65535, a host name or IPv4 address '
+            errors.append('%s: the backend %sneeds a name of letters, digits and _ . @ - (its unit, NAME.service, '
+                          'is what a hold names), a port from 1 to 65535, a host name or IPv4 address '
                           '(127.0.0.1 when the engine runs here), standby true or false, and a model name of '
                           'letters, digits and . _ : / @ + - (the served model name clients send), not %s.'
                           % (source, name + ' ' if name else '', json.dumps(backend, default=str)))

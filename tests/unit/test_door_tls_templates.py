@@ -143,6 +143,7 @@ HOME.update({
     '_nginx_keys_conf': '/etc/nginx/llm-server/api-keys.conf',
     '_nginx_models_json': '/etc/nginx/llm-server/models.json',
     '_nginx_banned_conf': '/etc/nginx/llm-server/banned-addresses.conf',
+    '_nginx_engines_dir': '/etc/nginx/llm-server/engines',
     '_nginx_backend_list': [{'name': 'engine-a', 'host': '127.0.0.1', 'port': 8201, 'model': 'tiny-chat',
                              'standby': False}],
     '_nginx_models': ['tiny-chat'], '_nginx_route_by_model': False, '_nginx_rate_limited_keys': [],

@@ -35,7 +35,8 @@ GOOD = {
 NO_BACKENDS = ('No backends: nginx_backends is empty and the serving registry (/etc/llm-server/instances) lists no '
                'engine on this host. Run the vllm or llamacpp role on this host first, or list the engines in '
                'nginx_backends ({name, port, model, host, standby}).')
-BAD_BACKEND = ('needs a name, a port from 1 to 65535, a host name or IPv4 address (127.0.0.1 when the engine runs '
+BAD_BACKEND = ('needs a name of letters, digits and _ . @ - (its unit, NAME.service, is what a hold names), '
+               'a port from 1 to 65535, a host name or IPv4 address (127.0.0.1 when the engine runs '
                'here), standby true or false, and a model name of letters, digits and . _ : / @ + - (the served '
                'model name clients send), not ')
 METRICS = 'The request metrics exporter (llm-proxy-metrics, nginx_metrics_enabled): '
@@ -152,6 +153,9 @@ def test_valid_settings_have_no_errors():
     ({'backends': [{'name': 'x', 'port': 8102, 'model': 'bad model', 'standby': 'maybe'}]},
      ['nginx_backends: the backend x ' + BAD_BACKEND + '{"name": "x", "host": "127.0.0.1", "port": 8102, '
       '"model": "bad model", "standby": "maybe"}.']),
+    ({'backends': [dict(ENGINE, name='engine a')]},
+     ['nginx_backends: the backend engine a ' + BAD_BACKEND + '{"name": "engine a", "host": "127.0.0.1", '
+      '"port": 8101, "model": "tiny", "standby": false}.']),
     ({'backends': [ENGINE, dict(ENGINE, name='engine-b'), dict(ENGINE, name='engine-c', host='gpu2')]},
      ['Two backends are both 127.0.0.1:8101: each engine has its own port.']),
     # The request metrics exporter: the first of its messages says whose.
