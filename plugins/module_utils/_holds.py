@@ -160,11 +160,16 @@ def write(hold_dir, holder, engines, persistent=False, current_boot=None):
         return
     os.makedirs(hold_dir, mode=0o755, exist_ok=True)
     # Readable by all: the engine units' condition runs as their own user.
-    handle, temporary = tempfile.mkstemp(dir=hold_dir, prefix='.%s.' % holder)
+    write_text(path, json.dumps(data, indent=1, sort_keys=True) + '\n')
+
+
+def write_text(path, text, mode=0o644):
+    """Replaces path whole: a temporary file beside it (a dot file), then a rename."""
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.%s.' % os.path.basename(path))
     try:
         with os.fdopen(handle, 'w', encoding='utf-8') as out:
-            out.write(json.dumps(data, indent=1, sort_keys=True) + '\n')
-        os.chmod(temporary, 0o644)
+            out.write(text)
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
         try:

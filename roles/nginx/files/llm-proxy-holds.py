@@ -31,7 +31,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 try:
     import _holds  # beside this file on the host (the nginx role installs both)
@@ -82,22 +81,6 @@ def render(engine, holders):
             'server %s down;\n' % engine['server'])
 
 
-def _write(path, text):
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            handle.write(text)
-            os.fchmod(handle.fileno(), 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def sync(config):
     """Writes the include files; returns the lines that say what changed."""
     holds, problems = _holds.read(config['hold_dir'])
@@ -115,7 +98,7 @@ def sync(config):
                     continue
         except FileNotFoundError:
             pass
-        _write(path, text)
+        _holds.write_text(path, text)
         changes.append('%s: %s' % (name, 'down, held by %s' % _holds.describe(holders) if holders else 'up'))
     for entry in sorted(os.listdir(config['engines_dir'])):
         if entry.endswith(SUFFIX) and entry[:-len(SUFFIX)] not in config['engines']:
