@@ -60,6 +60,10 @@ SCENARIOS ?=
 
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# A connection's timeout (Ansible's default 10 s) for the test hosts: at a
+# load average of 16 on two cores, a podman exec and mitogen's bootstrap
+# took longer and a scenario failed to gather its facts.
+export ANSIBLE_TIMEOUT := 60
 # mitogen's strategy for the scenarios, the demo and the benchmarks: one
 # persistent interpreter per host instead of a podman exec per task (0.08 s a
 # task instead of 0.85 s). MITOGEN= runs them on Ansible's own linear strategy.
