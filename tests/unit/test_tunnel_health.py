@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The tunnel's health for Prometheus: the scripts the roles ship, and the alert rules.
+"""The tunnel's health for Prometheus: the host programs, and the alert rules.
 
-- roles/wireguard/files/llm-tunnel-metrics.py runs for real against a stand-in
+- llm-tunnel-metrics (host/llm_server_host/tunnel_metrics.py) runs for real against a stand-in
   `wg` first in PATH (it prints what `wg show IF latest-handshakes|transfer`
   print, and fails the test if asked for `dump`, which prints the private key).
-- roles/vps_door/files/llm-door-probe.py probes a local HTTPS server with a
+- llm-door-probe (host/llm_server_host/door_probe.py) probes a local HTTPS server with a
   certificate made here for a name, as the VPS probes its door.
 - Every file written is checked with `promtool check metrics` (the parser and
   linter of the Prometheus exposition format that node exporter's textfile
@@ -31,8 +31,10 @@ import threading
 import pytest
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-METRICS_SCRIPT = os.path.join(REPO_ROOT, 'roles', 'wireguard', 'files', 'llm-tunnel-metrics.py')
-PROBE_SCRIPT = os.path.join(REPO_ROOT, 'roles', 'vps_door', 'files', 'llm-door-probe.py')
+# The programs as the hosts run them: the package's modules, from host/.
+METRICS_PROGRAM = [sys.executable, '-m', 'llm_server_host.tunnel_metrics']
+PROBE_PROGRAM = [sys.executable, '-m', 'llm_server_host.door_probe']
+PROGRAM_ENV = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, 'host'))
 PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')
 needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),
                                     reason='no promtool at %s: run `make promtool`' % PROMTOOL)
@@ -93,13 +95,13 @@ def fake_wg(tmp_path):
     wg = bindir / 'wg'
     wg.write_text(FAKE_WG)
     wg.chmod(0o755)
-    env = dict(os.environ, PATH='%s:%s' % (bindir, os.environ['PATH']), WG_DIR=str(tmp_path),
+    env = dict(PROGRAM_ENV, PATH='%s:%s' % (bindir, os.environ['PATH']), WG_DIR=str(tmp_path),
                WG_CALLS=str(tmp_path / 'calls'))
     return tmp_path, env
 
 
 def run_metrics(env, out, *peers):
-    args = [sys.executable, METRICS_SCRIPT, '--interface', 'wg-llm', '--output', str(out)]
+    args = METRICS_PROGRAM + ['--interface', 'wg-llm', '--output', str(out)]
     for peer in peers:
         args += ['--peer', peer]
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=30, check=False)
@@ -211,9 +213,9 @@ def door(certificate):
 
 
 def run_probe(out, port, *extra):
-    args = [sys.executable, PROBE_SCRIPT, '--name', NAME, '--output', str(out), '--address', '127.0.0.1',
-            '--port', str(port), '--timeout', '5', '--interval', '15'] + list(extra)
-    return subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    args = PROBE_PROGRAM + ['--name', NAME, '--output', str(out), '--address', '127.0.0.1',
+                            '--port', str(port), '--timeout', '5', '--interval', '15'] + list(extra)
+    return subprocess.run(args, env=PROGRAM_ENV, capture_output=True, text=True, timeout=30, check=False)
 
 
 def test_probe_success_through_the_door(door, certificate, tmp_path):

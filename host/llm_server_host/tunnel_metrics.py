@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The WireGuard tunnel's state as a file for node exporter's textfile collector.
 
-Installed by homelab.llm_server.wireguard and run by its timer
+Installed by homelab.llm_server.host_programs and run by the wireguard role's timer
 llm-tunnel-metrics-IF. Reads ``wg show IF latest-handshakes`` and
 ``wg show IF transfer``: never ``wg show IF dump``, which prints the
 interface's private key, so no key ever reaches this process. Each peer is
@@ -10,7 +10,7 @@ labelled with the inventory name the role gave for its public key. The file
 is replaced atomically (a temporary file in the same directory, renamed), so
 node exporter never reads half of it.
 
-usage: python3 llm-tunnel-metrics.py --interface IF --output FILE.prom [--peer NAME,PUBLIC_KEY,MAX_AGE_S]...
+usage: llm-tunnel-metrics --interface IF --output FILE.prom [--peer NAME,PUBLIC_KEY,MAX_AGE_S]...
 
 A configured peer that the interface does not list (the interface is down,
 or the peer was dropped) is written with a last handshake of 0, like a peer

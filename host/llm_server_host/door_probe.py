@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """End-to-end probe of the VPS door: door, tunnel, home proxy, GET /healthz.
 
-Installed by homelab.llm_server.vps_door and run by its timer llm-door-probe.
+Installed by homelab.llm_server.host_programs and run by the vps_door role's timer llm-door-probe.
 For each served name it connects to the door on this host (ADDRESS:PORT,
 the VPS's own listener), sends that name as the TLS SNI, so the connection
 takes the clients' path (nginx stream, the WireGuard tunnel, the home
@@ -13,7 +13,7 @@ exporter's textfile collector, replaced atomically (temporary file in the
 same directory, renamed; mode 0644). Why a probe failed goes to stderr (the
 journal); nothing secret is involved: /healthz needs no API key.
 
-usage: python3 llm-door-probe.py --name NAME [--name NAME]... --output FILE.prom
+usage: llm-door-probe --name NAME [--name NAME]... --output FILE.prom
          [--address 127.0.0.1] [--port 443] [--path /healthz] [--ca-file FILE]
          [--timeout S] [--interval S]
 Exits 0 when the file is written, whatever the probes found; 1 when not.
