@@ -1,21 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/http_ban/files/llm-door-bans.py: the VPS's pull of home's bans into an nftables table."""
+"""llm-door-bans (host/llm_server_host/door_bans.py): the VPS's pull of home's bans into an nftables table."""
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
-from pathlib import Path
 
+from llm_server_host import door_bans as bans
 
-SCRIPT = Path(__file__).resolve().parents[2] / 'roles' / 'http_ban' / 'files' / 'llm-door-bans.py'
-SPEC = importlib.util.spec_from_file_location('llm_door_bans', SCRIPT)
-bans = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(bans)
-
-# What home's action writes (llm-http-ban.py's render_banned).
+# What home's action writes (llm-http-ban's render_banned).
 HOME_LIST = """# Client addresses banned by fail2ban (jail llm-http) through llm-http-ban.
 # Rewritten at every ban and unban: do not edit. Included by nginx's
 # geo $llm_banned; a banned address gets 403.

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/http_ban/files/llm-http-ban.py, fail2ban's action, with nginx and systemctl stood in for on PATH."""
+"""llm-http-ban (host/llm_server_host/http_ban.py), fail2ban's action, with nginx and systemctl stood in for on PATH."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-HELPER = Path(__file__).resolve().parents[2] / 'roles' / 'http_ban' / 'files' / 'llm-http-ban.py'
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# The program as the host runs it: the package's module, from host/.
+HELPER = [sys.executable, '-m', 'llm_server_host.http_ban']
 
 
 @pytest.fixture
@@ -26,13 +28,13 @@ def ban(tmp_path):
     (bin_dir / 'systemctl').write_text('#!/bin/sh\necho "$*" >> %s\nexit 0\n' % (tmp_path / 'calls'))
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
-    env = dict(os.environ, PATH='%s:%s' % (bin_dir, os.environ['PATH']))
+    env = dict(os.environ, PATH='%s:%s' % (bin_dir, os.environ['PATH']), PYTHONPATH=str(REPO_ROOT / 'host'))
 
     def run(*args):
-        proc = subprocess.run(
-            [sys.executable, str(HELPER), '--jail', 'llm-http', '--banned-file', str(tmp_path / 'banned.conf'),
-             '--metrics-file', str(tmp_path / 'metrics.prom'), '--state-file', str(tmp_path / 'state' / 'state.json')]
-            + list(args), env=env, capture_output=True, text=True, check=False)
+        argv = HELPER + ['--jail', 'llm-http', '--banned-file', str(tmp_path / 'banned.conf'),
+                         '--metrics-file', str(tmp_path / 'metrics.prom'),
+                         '--state-file', str(tmp_path / 'state' / 'state.json')]
+        proc = subprocess.run(argv + list(args), env=env, capture_output=True, text=True, check=False)
         return proc
 
     run.path = tmp_path

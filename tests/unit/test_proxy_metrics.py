@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/nginx/files/llm-proxy-metrics.py run for real on a temporary access log.
+"""llm-proxy-metrics (host/llm_server_host/proxy_metrics.py) run for real on a temporary access log.
 
 The exporter runs as a process with its HTTP server on a free loopback port
 and a short poll interval; the tests write the log as nginx and logrotate
@@ -35,7 +35,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 ROLE = os.path.join(REPO_ROOT, 'roles', 'nginx')
-EXPORTER = os.path.join(ROLE, 'files', 'llm-proxy-metrics.py')
+# The program as the host runs it: the package's module, from host/.
+EXPORTER = [sys.executable, '-m', 'llm_server_host.proxy_metrics']
 RULES = os.path.join(ROLE, 'files', 'prometheus', 'llm-proxy.rules.yml')
 RULES_TEST = os.path.join(REPO_ROOT, 'tests', 'prometheus', 'llm-proxy.test.yml')
 TEMPLATE = os.path.join(ROLE, 'templates', 'llm-proxy-metrics.service.j2')
@@ -144,10 +145,10 @@ def start_exporter(tmp_path):
     def start(log, *args):
         port = free_port()
         stderr_path = str(tmp_path / ('exporter-%d.err' % len(started)))
-        env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, 'host'))
         with open(stderr_path, 'w') as stderr:
-            proc = subprocess.Popen([sys.executable, EXPORTER, '--log', str(log), '--port', str(port),
-                                     '--poll-interval', str(POLL)] + list(args),
+            proc = subprocess.Popen(EXPORTER + ['--log', str(log), '--port', str(port),
+                                                '--poll-interval', str(POLL)] + list(args),
                                     env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         exporter = Exporter(proc, port, stderr_path)
         started.append(exporter)
@@ -439,8 +440,9 @@ def trusted(value):
 
 role, overrides = sys.argv[2], json.loads(sys.argv[3])
 variables = {}
-for name in ('defaults', 'vars'):
-    with open('%s/%s/main.yml' % (role, name)) as handle:
+# The host_programs role's defaults come first: the role includes it (public).
+for path in ('%s/../host_programs/defaults/main.yml' % role, '%s/defaults/main.yml' % role, '%s/vars/main.yml' % role):
+    with open(path) as handle:
         variables.update(trusted(yaml.safe_load(handle)))
 variables.update(role_path=role, ansible_managed='Ansible managed', inventory_hostname='home')
 variables.update(overrides)
@@ -471,11 +473,8 @@ def unit_settings(text):
 
 
 def exporter_parser():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location('llm_proxy_metrics_for_test', EXPORTER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.parse_args
+    from llm_server_host import proxy_metrics
+    return proxy_metrics.parse_args
 
 
 def test_the_unit_runs_the_program_unprivileged_in_adm_and_hardened(collection_root):
@@ -486,8 +485,8 @@ def test_the_unit_runs_the_program_unprivileged_in_adm_and_hardened(collection_r
     }, nginx_access_log='/var/log/nginx/odd name %h.log')
     unit = unit_settings(rendered['unit'])
     argv = shlex.split(unit['ExecStart'][0])
-    assert argv[:2] == ['/opt/llm-server/venv/bin/python', '/opt/llm-server/proxy-metrics/llm-proxy-metrics.py']
-    args = exporter_parser()(argv[2:])
+    assert argv[0] == '/opt/llm-server/venv/bin/llm-proxy-metrics'
+    args = exporter_parser()(argv[1:])
     assert (args.log, args.listen_address, args.port) == ('/var/log/nginx/odd name %%h.log', '127.0.0.1', 9836)
     assert unit['User'] == ['llm-proxy-metrics'] and unit['Group'] == ['llm-proxy-metrics']
     assert unit['SupplementaryGroups'] == ['adm']
@@ -514,7 +513,7 @@ def test_the_play_asks_metrics_where_the_exporter_listens(collection_root):
 def test_systemd_accepts_the_unit(collection_root, tmp_path):
     venv = tmp_path / 'venv' / 'bin'
     venv.mkdir(parents=True)
-    (venv / 'python').symlink_to(sys.executable)
+    (venv / 'llm-proxy-metrics').symlink_to(sys.executable)
     with open(TEMPLATE) as handle:
         text = render_role(collection_root, {'unit': handle.read()}, common_venv_path=str(tmp_path / 'venv'))['unit']
     path = tmp_path / 'llm-proxy-metrics.service'

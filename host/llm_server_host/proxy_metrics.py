@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """llm-proxy-metrics: the front door's request metrics for Prometheus, from nginx's JSON access log.
 
-usage: python3 llm-proxy-metrics.py [--log PATH] [--listen-address ADDR] [--port PORT]
-                                    [--poll-interval S]
+usage: llm-proxy-metrics [--log PATH] [--listen-address ADDR] [--port PORT]
+                         [--poll-interval S]
 
 Follows PATH (the nginx role's nginx_access_log, format llm_access: one JSON
 object per request) as `tail -F` does and serves /metrics (prometheus_client)

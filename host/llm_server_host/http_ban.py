@@ -9,14 +9,14 @@ carried: this keeps the file of banned addresses that nginx's
 after ``nginx -t`` accepts it. It also writes the Prometheus textfile for
 node exporter.
 
-    llm-http-ban.py [paths] start|stop|flush     the file emptied (fail2ban
-                                                 restores its live bans after
-                                                 start, one ban each)
-    llm-http-ban.py [paths] ban ADDRESS RESTORED the address added; counted in
-                                                 llm_http_bans_total unless
-                                                 RESTORED is 1 (a ban fail2ban
-                                                 brings back from its database)
-    llm-http-ban.py [paths] unban ADDRESS        the address removed
+    llm-http-ban [paths] start|stop|flush      the file emptied (fail2ban
+                                              restores its live bans after
+                                              start, one ban each)
+    llm-http-ban [paths] ban ADDRESS RESTORED  the address added; counted in
+                                              llm_http_bans_total unless
+                                              RESTORED is 1 (a ban fail2ban
+                                              brings back from its database)
+    llm-http-ban [paths] unban ADDRESS         the address removed
 
 The file nginx reads is the list of what is banned; the counter is kept in a
 state file so it never goes down across restarts. Calls are serialised with

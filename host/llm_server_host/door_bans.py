@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Drops at the VPS's door the client addresses that home banned (role http_ban, entry point vps).
 
-    llm-door-bans.py CONFIG.json
+    llm-door-bans CONFIG.json
 
 CONFIG (written by the role): {"sources": [URL, ...], "ports": [80, 443],
 "max_age_s": 3600, "timeout_s": 5, "state": FILE, "metrics": FILE}.
