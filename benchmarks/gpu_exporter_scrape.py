@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Scrape time of llm-gpu-exporter for two GPUs, against the NVML test double.
 
-Starts roles/gpu_exporter/files/llm-gpu-exporter.py on a free loopback port
+Starts llm-gpu-exporter (host/llm_server_host/gpu_exporter.py) on a free loopback port
 with its NVML worker loading the double (built here with gcc from
 tests/nvml_double/fake_nvml.c), then scrapes /metrics over HTTP, a new
 connection each time as Prometheus' first scrape would, after a few warm-up
@@ -37,7 +37,8 @@ import urllib.request
 
 from _harness import ROOT, build_nvml_double as build_double, collection_root, machine_line, percentile
 
-EXPORTER = ROOT / 'roles' / 'gpu_exporter' / 'files' / 'llm-gpu-exporter.py'
+# The program as the host runs it: the package's module, from host/.
+EXPORTER = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
 FIXTURES = ROOT / 'tests' / 'nvml_double' / 'fixtures'
 REPORT = ROOT / 'build' / 'bench-reports' / 'gpu-exporter-scrape.json'
 TICKS = os.sysconf('SC_CLK_TCK')
@@ -91,7 +92,7 @@ def measure(fixture, scrapes, warmup, env):
     port = free_port()
     if fixture != REAL:
         env = dict(env, FAKE_NVML_FIXTURE=str(FIXTURES / (fixture + '.json')))
-    proc = subprocess.Popen([sys.executable, str(EXPORTER), '--port', str(port)], env=env,
+    proc = subprocess.Popen(EXPORTER + ['--port', str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = 'http://127.0.0.1:%d/metrics' % port
     try:
@@ -143,7 +144,7 @@ def main():
         if not opts.real:
             build_double(tmp)
             env.update(LD_LIBRARY_PATH=tmp)
-        env.update(PYTHONPATH=os.pathsep.join(filter(None, [collection_root(os.path.join(tmp, 'coll')),
+        env.update(PYTHONPATH=os.pathsep.join(filter(None, [collection_root(os.path.join(tmp, 'coll')), str(ROOT / 'host'),
                                                             env.get('PYTHONPATH')])))
         results = [measure(name, opts.scrapes, opts.warmup, env) for name in fixtures]
     print(machine_line())

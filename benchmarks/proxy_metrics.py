@@ -34,7 +34,8 @@ import urllib.request
 
 from _harness import ROOT, machine_line, percentile
 
-EXPORTER = ROOT / 'roles' / 'nginx' / 'files' / 'llm-proxy-metrics.py'
+# The program as the host runs it: the package's module, from host/.
+EXPORTER = [sys.executable, '-m', 'llm_server_host.proxy_metrics']
 REPORT = ROOT / 'build' / 'bench-reports' / 'proxy-metrics.json'
 TICKS = os.sysconf('SC_CLK_TCK')
 GROUPS = ['llm_1_qwen3-32b', 'llm_2_qwen3-8b', 'llm_3_gemma-3-27b']
@@ -101,8 +102,8 @@ def measure(count, scrapes, warmup, poll_interval, data):
         log = os.path.join(tmp, 'llm-access.log')
         open(log, 'wb').close()
         port = free_port()
-        proc = subprocess.Popen([sys.executable, str(EXPORTER), '--log', log, '--port', str(port),
-                                 '--poll-interval', str(poll_interval)],
+        proc = subprocess.Popen(EXPORTER + ['--log', log, '--port', str(port), '--poll-interval', str(poll_interval)],
+                                env=dict(os.environ, PYTHONPATH=str(ROOT / 'host')),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         url = 'http://127.0.0.1:%d/metrics' % port
         try:

@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Reaction time of llm-gpu-watchdog with its default settings, against the NVML test double.
 
-Runs roles/gpu_watchdog/files/llm-gpu-watchdog.py as the role does (rounds
+Runs llm-gpu-watchdog (host/llm_server_host/gpu_watchdog.py) as the role does (rounds
 every 5 s, NVML's deadline 5 s) against the double (built here from
 tests/nvml_double/fake_nvml.c, a live fixture of two RTX PRO 6000) with
 systemctl replaced by a recorder, and measures, over --trials episodes:
@@ -37,7 +37,8 @@ import time
 
 from _harness import ROOT, build_nvml_double as build_double, collection_root, machine_line, percentile
 
-PROGRAM = ROOT / 'roles' / 'gpu_watchdog' / 'files' / 'llm-gpu-watchdog.py'
+# The program as the host runs it: the package's module, from host/.
+PROGRAM = [sys.executable, '-m', 'llm_server_host.gpu_watchdog']
 FIXTURE = ROOT / 'tests' / 'nvml_double' / 'fixtures' / 'watchdog_dual_rtx_pro_6000.json'
 SET_FIXTURE = ROOT / 'tests' / 'nvml_double' / 'set_fixture.py'
 REPORT = ROOT / 'build' / 'bench-reports' / 'watchdog-reaction.json'
@@ -111,7 +112,7 @@ def power_step(host, gpu, env, args):
         raise SystemExit('GPU %d: no power step within 60 s' % gpu)
     seconds = time.monotonic() - start
     host.set('devices.%d.temperature.gpu=40' % gpu)
-    subprocess.run([sys.executable, str(PROGRAM), '--config', host.config, 'release', str(gpu)], env=env,
+    subprocess.run(PROGRAM + ['--config', host.config, 'release', str(gpu)], env=env,
                    check=True, capture_output=True)
     if not wait_for(lambda: host.nvml_state().get(str(gpu), {}).get('power_limit_mw') == 600000, 30):
         raise SystemExit('GPU %d: limit not restored after release' % gpu)
@@ -147,11 +148,11 @@ def main():
         libdir = os.path.join(tmp, 'lib')
         os.makedirs(libdir)
         build_double(libdir)
-        env = dict(os.environ, LD_LIBRARY_PATH=libdir, PYTHONPATH=collection_root(os.path.join(tmp, 'coll')),
+        env = dict(os.environ, LD_LIBRARY_PATH=libdir, PYTHONPATH=os.pathsep.join([collection_root(os.path.join(tmp, 'coll')), str(ROOT / 'host')]),
                    PYTHONDONTWRITEBYTECODE='1')
         host = Host(os.path.join(tmp, 'host'))
         env['FAKE_NVML_FIXTURE'] = host.fixture
-        daemon = subprocess.Popen([sys.executable, str(PROGRAM), '--config', host.config, 'run'], env=env,
+        daemon = subprocess.Popen(PROGRAM + ['--config', host.config, 'run'], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         metrics = os.path.join(host.tmp, 'metrics', 'llm_gpu_watchdog.prom')
         if not wait_for(lambda: os.path.exists(metrics), 60):

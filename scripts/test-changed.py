@@ -57,6 +57,11 @@ REFERENCE = re.compile(r'%s\.(?P<name>[a-z_0-9]+)|\brole:\s*[\'"]?(?:%s\.)?(?P<r
 IMPORT = re.compile(r'^\s*(?:from|import)\s+(?:ansible_collections\.homelab\.llm_server\.plugins\.module_utils\.|'
                     r'\.+module_utils\.|)(?P<name>_[a-z_0-9]+)', re.MULTILINE)
 MODULE_UTIL = re.compile(r'module_utils[./](?P<name>_[a-z_0-9]+)')
+PLUGIN_UTIL = re.compile(r'plugin_utils import (?P<name>_[a-z_0-9]+)')
+# The host programs' wheel: the host_wheel action builds it from host/, which
+# also carries the module_utils that host/pyproject.toml names.
+HOST_WHEEL_ACTION = 'plugins/action/host_wheel.py'
+HOST_MODULE_UTILS = re.compile(r'^collection-module-utils\s*=\s*\[(?P<names>[^\]]*)\]', re.MULTILINE)
 
 
 def git(*argv: str) -> str:
@@ -148,8 +153,15 @@ def closure(start: list[str], plugins: dict[str, list[str]], tracked: set[str]) 
                     elif len(parts) >= 2:
                         pending.append(str(relative) + ('/' if target.is_dir() else ''))
             names = MODULE_UTIL.findall(text) + (IMPORT.findall(text) if file.suffix == '.py' else [])
+            if file.name == 'pyproject.toml':
+                for listed in HOST_MODULE_UTILS.findall(text):
+                    names += re.findall(r'"(_[a-z_0-9]+)"', listed)
             pending.extend('plugins/module_utils/%s.py' % name for name in names
                            if (ROOT / 'plugins' / 'module_utils' / ('%s.py' % name)).exists())
+            if file.suffix == '.py':
+                pending.extend('plugins/plugin_utils/%s.py' % name for name in PLUGIN_UTIL.findall(text))
+            if str(file.relative_to(ROOT)) == HOST_WHEEL_ACTION:
+                pending.append('host/')
             if file.name == 'main.yml' and file.parent.name == 'meta':
                 for name in re.findall(r'role:\s*(?:%s\.)?([a-z_0-9]+)' % re.escape(COLLECTION), text):
                     pending.append('roles/%s/' % name)

@@ -7,9 +7,10 @@
 Private to this collection. Pure: no NVML, no systemd, no files, no clock.
 The watchdog daemon reads NVML (in a child process, as the GPU exporter
 does), passes what it read and the time to the functions and classes here,
-carries out the actions they return and stores their state where told. On
-the GPU host this file is installed next to the daemon, like _gpu_metrics.py
-next to llm-gpu-exporter.py; it imports nothing but the standard library.
+carries out the actions they return and stores their state where told. The
+host programs' wheel carries this file (llm_server_host.collection), so the
+daemon decides with the code the role checks its settings with; it imports
+nothing but the standard library.
 
 Time: every call takes ``now`` in seconds. Pass ``time.monotonic()`` to
 XidPolicy, HeatPolicy and RestartBudget (their state lives as long as the

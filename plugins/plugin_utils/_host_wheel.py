@@ -54,18 +54,19 @@ def collection_version(collection_root):
 
 
 def read_project(source_dir):
-    """pyproject.toml's [project] table, with what a wheel needs checked."""
+    """pyproject.toml's [project] table and its [tool.llm-server-host] table, with what a wheel needs checked."""
     if tomllib is None:
         raise HostWheelError('building the host wheel needs Python 3.11 or newer on the controller (tomllib)')
     path = os.path.join(source_dir, 'pyproject.toml')
     try:
         with open(path, 'rb') as f:
-            project = tomllib.load(f).get('project', {})
+            document = tomllib.load(f)
     except (OSError, ValueError) as e:
         raise HostWheelError('%s cannot be read: %s' % (path, e))
+    project = document.get('project', {})
     if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9._-]*', project.get('name', '')):
         raise HostWheelError('%s: [project] needs a name' % path)
-    return project
+    return project, document.get('tool', {}).get('llm-server-host', {})
 
 
 def normalized(name):
@@ -87,6 +88,21 @@ def package_files(source_dir, package):
                 with open(path, 'rb') as f:
                     found.append((os.path.relpath(path, source_dir).replace(os.sep, '/'), f.read()))
     return sorted(found)
+
+
+def shared_files(tool, package, module_utils_dir):
+    """(path in the wheel, bytes) of the collection's module_utils the package shares, as PACKAGE.collection.NAME."""
+    found = []
+    for name in tool.get('collection-module-utils', []):
+        if not re.fullmatch(r'_?[a-z][a-z0-9_]*', name):
+            raise HostWheelError('collection-module-utils names %r, not a module of plugins/module_utils' % name)
+        path = os.path.join(module_utils_dir, name + '.py')
+        try:
+            with open(path, 'rb') as f:
+                found.append(('%s/collection/%s.py' % (package, name), f.read()))
+        except OSError as e:
+            raise HostWheelError('%s (named in collection-module-utils) cannot be read: %s' % (path, e))
+    return found
 
 
 def metadata(project, version):
@@ -112,14 +128,19 @@ def record_hash(data):
     return 'sha256=' + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode('ascii')
 
 
-def build(source_dir, version):
-    """(file name, bytes, console script names) of the wheel of SOURCE_DIR's project at VERSION."""
-    project = read_project(source_dir)
+def build(source_dir, version, module_utils_dir=None):
+    """(file name, bytes, console script names) of the wheel of SOURCE_DIR's project at VERSION.
+
+    MODULE_UTILS_DIR: the collection's plugins/module_utils (by default beside SOURCE_DIR).
+    """
+    project, tool = read_project(source_dir)
+    if module_utils_dir is None:
+        module_utils_dir = os.path.join(source_dir, '..', 'plugins', 'module_utils')
     if not re.fullmatch(r'[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)', version):
         raise HostWheelError('%r is not a version a wheel can carry' % version)
     name = normalized(project['name'])
     dist_info = '%s-%s.dist-info' % (name, version)
-    entries = package_files(source_dir, name)
+    entries = sorted(package_files(source_dir, name) + shared_files(tool, name, module_utils_dir))
     entries.append((dist_info + '/METADATA', metadata(project, version).encode()))
     entries.append((dist_info + '/WHEEL', ('Wheel-Version: 1.0\nGenerator: %s\nRoot-Is-Purelib: true\n'
                                            'Tag: py3-none-any\n' % GENERATOR).encode()))

@@ -40,7 +40,7 @@ say "llm-gpu-exporter --once against the real NVML"
 coll=$(mktemp -d)
 mkdir -p "$coll/ansible_collections/homelab" && ln -s "$PWD" "$coll/ansible_collections/homelab/llm_server"
 start=$(date +%s%N)
-PYTHONPATH="$coll${PYTHONPATH:+:$PYTHONPATH}" timeout 60 "$PY" roles/gpu_exporter/files/llm-gpu-exporter.py --once \
+PYTHONPATH="$coll:$PWD/host${PYTHONPATH:+:$PYTHONPATH}" timeout 60 "$PY" -m llm_server_host.gpu_exporter --once \
   >"$OUT/exporter_real.prom" 2>>"$OUT/checks.txt"
 echo "rc=$? wall=$(( ($(date +%s%N) - start) / 1000000 )) ms" >&3
 grep -E '^llm_gpu_exporter_(scrape_success|unsupported|read_errors)' "$OUT/exporter_real.prom" >&3
@@ -97,7 +97,7 @@ EOF
 echo "rc=$?" >&3
 say "the GPU watchdog in dry run"
 watchdog() {  # watchdog CONFIG COMMAND
-  PYTHONPATH="$coll${PYTHONPATH:+:$PYTHONPATH}" "$PY" roles/gpu_watchdog/files/llm-gpu-watchdog.py \
+  PYTHONPATH="$coll:$PWD/host${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m llm_server_host.gpu_watchdog \
     --config "tests/nvml_double/real/$1" "$2"
 }
 Q="nvidia-smi --query-gpu=temperature.gpu,power.limit,clocks.sm,clocks_event_reasons.active --format=csv"

@@ -52,6 +52,8 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 NVML_DOUBLE_DIR = os.path.join(REPO_ROOT, 'tests', 'nvml_double')
 NVML_FIXTURES_DIR = os.path.join(NVML_DOUBLE_DIR, 'fixtures')
 SYSFS_TREES_DIR = os.path.join(REPO_ROOT, 'tests', 'sysfs')
+# The host programs' package (llm_server_host), for a subprocess's PYTHONPATH.
+HOST_DIR = os.path.join(REPO_ROOT, 'host')
 
 
 def _make_collection_importable():
@@ -114,7 +116,7 @@ def nvml_env(fake_nvml_libdir, collection_root):
 
     fixture: a fixture name/path for FAKE_NVML_FIXTURE (None leaves it unset).
     libdir: True for the double, False for no LD_LIBRARY_PATH at all.
-    pythonpath: extra entries placed before the collection root.
+    pythonpath: extra entries placed before the collection root and the host programs' package.
     """
     def make(fixture=None, libdir=True, pythonpath=()):
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
@@ -122,7 +124,7 @@ def nvml_env(fake_nvml_libdir, collection_root):
             env['LD_LIBRARY_PATH'] = fake_nvml_libdir
         if fixture is not None:
             env['FAKE_NVML_FIXTURE'] = fixture if os.path.isabs(fixture) else nvml_fixture(fixture)
-        env['PYTHONPATH'] = os.pathsep.join(list(pythonpath) + [collection_root])
+        env['PYTHONPATH'] = os.pathsep.join(list(pythonpath) + [collection_root, HOST_DIR])
         env['PYTHONDONTWRITEBYTECODE'] = '1'
         return env
     return make

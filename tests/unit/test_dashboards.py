@@ -46,8 +46,9 @@ CONSOLES = sorted(glob.glob(os.path.join(REPO_ROOT, 'roles', 'monitoring', 'file
 DASHBOARDS = sorted(glob.glob(os.path.join(REPO_ROOT, 'roles', 'monitoring', 'files', 'grafana', '*.json')))
 PROVISIONING = os.path.join(REPO_ROOT, 'roles', 'monitoring', 'files', 'grafana', 'provisioning')
 RULE_FILES = sorted(glob.glob(os.path.join(REPO_ROOT, 'roles', '*', 'files', 'prometheus', '*.rules.yml')))
-GPU_METRICS = 'ansible_collections.homelab.llm_server.plugins.module_utils._gpu_metrics'
-LLM_HEALTH = os.path.join(REPO_ROOT, 'roles', 'serving', 'files', 'llm-health.py')
+# The host programs that write the series (host/llm_server_host).
+GPU_METRICS = 'llm_server_host.gpu_metrics'
+LLM_HEALTH = 'llm_server_host.health'
 PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')
 needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),
                                     reason='no promtool at %s: run `make promtool`' % PROMTOOL)
@@ -284,9 +285,7 @@ def exporter_metric_names():
 
 
 def health_metric_names():
-    spec = importlib.util.spec_from_file_location('llm_health_names', LLM_HEALTH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module(LLM_HEALTH)
     return {name for name, _kind, _help in module.METRIC_FAMILIES}
 
 

@@ -4,7 +4,7 @@
 """roles/gpu_exporter: what can be checked without a host.
 
 - the unit as Ansible renders it (the role's defaults and vars, through
-  Ansible's Templar): ExecStart's words are options llm-gpu-exporter.py
+  Ansible's Templar): ExecStart's words are options llm-gpu-exporter
   accepts, the user, the hardening, the environment's quoting, and
   `systemd-analyze verify` where it is at hand;
 - the files the role installs exist where it takes them from, and are all the
@@ -18,7 +18,6 @@ The service itself runs in Molecule (molecule/default/verify-gpu-exporter.yml).
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -64,8 +63,9 @@ def trusted(value):
 
 role, template, overrides = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 variables = {}
-for name in ('defaults', 'vars'):
-    with open('%s/%s/main.yml' % (role, name)) as handle:
+# The host_programs role's defaults come first: the role includes it (public).
+for path in ('%s/../host_programs/defaults/main.yml' % role, '%s/defaults/main.yml' % role, '%s/vars/main.yml' % role):
+    with open(path) as handle:
         variables.update(trusted(yaml.safe_load(handle)))
 variables.update(role_path=role, ansible_managed='Ansible managed')
 variables.update(overrides)
@@ -114,13 +114,9 @@ def settings(text):
 
 
 def exporter_parser():
-    """llm-gpu-exporter.py's own parse_args (the module imported from the checkout)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        'llm_gpu_exporter_for_test', os.path.join(ROLE, 'files', 'llm-gpu-exporter.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.parse_args
+    """llm-gpu-exporter's own parse_args (host/llm_server_host/gpu_exporter.py)."""
+    from llm_server_host import gpu_exporter
+    return gpu_exporter.parse_args
 
 
 # --- the unit -------------------------------------------------------------------
@@ -128,8 +124,8 @@ def exporter_parser():
 def test_default_unit_runs_the_program_unprivileged_and_hardened(render_role):
     unit = settings(render_role(TEMPLATE))
     argv = shlex.split(unit['ExecStart'][0])
-    assert argv[:2] == ['/opt/llm-server/venv/bin/python', '/opt/llm-server/gpu-exporter/llm-gpu-exporter.py']
-    args = exporter_parser()(argv[2:])
+    assert argv[0] == '/opt/llm-server/venv/bin/llm-gpu-exporter'
+    args = exporter_parser()(argv[1:])
     assert (args.listen_address, args.port, args.timeout, args.quarantine) == ('127.0.0.1', 9835, 2.0, 300.0)
     assert not args.once and not args.worker
     assert unit['User'] == ['llm-gpu-exporter'] and unit['Group'] == ['llm-gpu-exporter']
@@ -152,7 +148,7 @@ def test_root_user_ipv6_and_environment(render_role):
                        gpu_exporter_port=9900, gpu_exporter_timeout_s=1.5, gpu_exporter_quarantine_s=60,
                        gpu_exporter_environment={'LD_LIBRARY_PATH': '/opt/nvidia lib', 'ODD': '50% "q" \\'})
     unit = settings(text)
-    args = exporter_parser()(shlex.split(unit['ExecStart'][0])[2:])
+    args = exporter_parser()(shlex.split(unit['ExecStart'][0])[1:])
     assert (args.listen_address, args.port, args.timeout, args.quarantine) == ('::', 9900, 1.5, 60.0)
     assert unit['User'] == ['root']
     for key in ('Group', 'SupplementaryGroups', 'CapabilityBoundingSet', 'RemoveIPC'):
@@ -168,7 +164,7 @@ def test_root_user_ipv6_and_environment(render_role):
 def test_systemd_accepts_the_unit(render_role, tmp_path, overrides):
     venv = tmp_path / 'venv' / 'bin'
     venv.mkdir(parents=True)
-    (venv / 'python').symlink_to(sys.executable)
+    (venv / 'llm-gpu-exporter').symlink_to(sys.executable)
     text = render_role(TEMPLATE, common_venv_path=str(tmp_path / 'venv'), **overrides)
     path = tmp_path / 'llm-gpu-exporter.service'
     path.write_text(text)
@@ -191,33 +187,6 @@ def test_the_play_asks_metrics_where_the_exporter_listens(render_role, address, 
 
 # --- what the role installs ------------------------------------------------------
 
-def test_installed_files_exist_and_cover_the_program_imports(render_role):
-    files = json.loads(render_role('{{ _gpu_exporter_files | to_json }}'))
-    installed = {}
-    for item in files:
-        src = item['src'] if os.path.isabs(item['src']) else os.path.join(ROLE, 'files', item['src'])
-        assert os.path.isfile(src), src
-        installed[item['dest']] = os.path.realpath(src)
-    assert installed == {
-        'llm-gpu-exporter.py': os.path.join(os.path.realpath(ROLE), 'files', 'llm-gpu-exporter.py'),
-        '_gpu_metrics.py': os.path.realpath(os.path.join(REPO_ROOT, 'plugins', 'module_utils', '_gpu_metrics.py')),
-        '_nvml.py': os.path.realpath(os.path.join(REPO_ROOT, 'plugins', 'module_utils', '_nvml.py')),
-    }
-    # Every module an installed file imports is the standard library's, the
-    # venv's (pynvml, prometheus_client) or one of the installed files.
-    third_party = {'pynvml', 'prometheus_client', 'ansible_collections'}
-    local = {name[:-3] for name in installed if name.startswith('_')}
-    for path in installed.values():
-        with open(path) as handle:
-            tree = ast.parse(handle.read())
-        for node in ast.walk(tree):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
-            for name in names:
-                top = name.split('.')[0]
-                assert top in sys.stdlib_module_names or top in third_party or top in local, (path, name)
-
-
 def test_prometheus_client_pin_agrees_with_requirements_and_wheels():
     version = load(COMMON, 'defaults', 'main.yml')['common_prometheus_client_version']
     with open(os.path.join(REPO_ROOT, 'requirements.txt')) as handle:
@@ -231,6 +200,7 @@ def test_fallbacks_are_the_common_roles_defaults(render_role):
     assert render_role('{{ _gpu_exporter_venv }}') == common['common_venv_path']
     # The inventory's settings win, as they do for the common role.
     assert render_role('{{ _gpu_exporter_venv }}', common_venv_path='/srv/venv') == '/srv/venv'
+    assert render_role('{{ _gpu_exporter_program }}', common_venv_path='/srv/venv') == '/srv/venv/bin/llm-gpu-exporter'
 
 
 # --- validate.yml -----------------------------------------------------------------

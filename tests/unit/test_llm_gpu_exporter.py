@@ -26,7 +26,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-EXPORTER = os.path.join(REPO_ROOT, 'roles', 'gpu_exporter', 'files', 'llm-gpu-exporter.py')
+# The program as the host runs it (nvml_env puts host/ on PYTHONPATH).
+EXPORTER = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
 FIXTURES = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures')
 PARTIAL = 'dual_gpu_partial_support'
 RTX = 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition'
@@ -102,7 +103,7 @@ def start_exporter(nvml_env, tmp_path):
         port = free_port()
         stderr_path = str(tmp_path / ('exporter-%d.err' % len(started)))
         with open(stderr_path, 'w') as stderr:
-            proc = subprocess.Popen([sys.executable, EXPORTER, '--port', str(port)] + list(args),
+            proc = subprocess.Popen(EXPORTER + ['--port', str(port)] + list(args),
                                     env=nvml_env(fixture=fixture), stdout=subprocess.DEVNULL, stderr=stderr)
         exporter = Exporter(proc, port, stderr_path)
         started.append(exporter)
@@ -420,22 +421,24 @@ def test_figures_equal_gpu_facts(start_exporter, run_gpu_facts, fixture):
     assert compared >= 40
 
 
-def test_installed_layout_runs_without_the_collection(nvml_env, tmp_path):
-    """On the host the role copies _nvml.py and _gpu_metrics.py next to the program: no collection there."""
+def test_installed_wheel_runs_without_the_collection(nvml_env, tmp_path):
+    """On the host the program comes from the wheel, which carries _nvml: no collection there."""
+    from ansible_collections.homelab.llm_server.plugins.plugin_utils import _host_wheel
+    name, data, _scripts = _host_wheel.build(os.path.join(REPO_ROOT, 'host'), '0.0.1')
+    wheel, _written = _host_wheel.write(str(tmp_path), name, data)
     installed = tmp_path / 'installed'
-    installed.mkdir()
-    for path in (EXPORTER, os.path.join(REPO_ROOT, 'plugins', 'module_utils', '_gpu_metrics.py'),
-                 os.path.join(REPO_ROOT, 'plugins', 'module_utils', '_nvml.py')):
-        shutil.copy(path, str(installed))
+    subprocess.run([sys.executable, '-m', 'pip', 'install', '--quiet', '--no-index', '--no-deps',
+                    '--disable-pip-version-check', '--target', str(installed), wheel],
+                   check=True, capture_output=True, timeout=120)
     env = nvml_env(fixture=PARTIAL)
-    in_checkout = subprocess.run([sys.executable, EXPORTER, '--once'], env=env, capture_output=True, text=True,
+    in_checkout = subprocess.run(EXPORTER + ['--once'], env=env, capture_output=True, text=True,
                                  timeout=60, check=False)
     assert in_checkout.returncode == 0, in_checkout.stderr
-    del env['PYTHONPATH']
+    env['PYTHONPATH'] = str(installed)
     probe = subprocess.run([sys.executable, '-c', 'import ansible_collections.homelab.llm_server'], env=env,
                            capture_output=True, text=True, timeout=60, check=False, cwd=str(tmp_path))
     assert probe.returncode != 0, 'the collection must not be importable here'
-    on_host = subprocess.run([sys.executable, str(installed / 'llm-gpu-exporter.py'), '--once'], env=env,
+    on_host = subprocess.run(EXPORTER + ['--once'], env=env,
                              capture_output=True, text=True, timeout=60, check=False, cwd=str(tmp_path))
     assert on_host.returncode == 0, on_host.stderr
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/gpu_watchdog/files/llm-gpu-watchdog.py as a program, against the NVML double.
+"""llm-gpu-watchdog (host/llm_server_host/gpu_watchdog.py) as a program, against the NVML double.
 
 Its child process for one NVML setting (--set) through the real pynvml and
 the double's setters, and that child killed after set_timeout_s when the
@@ -21,10 +21,11 @@ import time
 
 import pytest
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _watchdog_daemon
+from llm_server_host import watchdog_daemon as _watchdog_daemon
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-PROGRAM = os.path.join(REPO_ROOT, 'roles', 'gpu_watchdog', 'files', 'llm-gpu-watchdog.py')
+# The program as the host runs it (nvml_env puts host/ on PYTHONPATH).
+PROGRAM = [sys.executable, '-m', 'llm_server_host.gpu_watchdog']
 FIXTURE = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'watchdog_dual_rtx_pro_6000.json')
 SET_FIXTURE = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'set_fixture.py')
 
@@ -70,7 +71,7 @@ def host(tmp_path, nvml_env):
 
 
 def run(host, *args, timeout=30):
-    return subprocess.run([sys.executable, PROGRAM] + list(args), env=host.env, capture_output=True, text=True,
+    return subprocess.run(PROGRAM + list(args), env=host.env, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 
@@ -115,7 +116,7 @@ def test_a_setter_that_hangs_is_killed_after_set_timeout_s(host, monkeypatch):
     for name, value in host.env.items():  # the child inherits this process's environment
         monkeypatch.setenv(name, value)
     config = _watchdog_daemon.load_config({'set_timeout_s': 1})
-    actuator = _watchdog_daemon.Actuator(config, [sys.executable, PROGRAM])
+    actuator = _watchdog_daemon.Actuator(config, PROGRAM)
     started = time.monotonic()
     ok, detail = actuator.nvml_set('power_limit', 0, None, 450)
     took = time.monotonic() - started
@@ -166,7 +167,7 @@ def test_one_round_reads_both_gpus(host):
 
 
 def test_daemon_heats_then_a_person_releases(host):
-    daemon = subprocess.Popen([sys.executable, PROGRAM, '--config', host.config, 'run'], env=host.env,
+    daemon = subprocess.Popen(PROGRAM + ['--config', host.config, 'run'], env=host.env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         metrics = host.path / 'metrics' / 'llm_gpu_watchdog.prom'

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/serving/files/llm-health.py run for real against tests/openai_server in a subprocess.
+"""llm-health (host/llm_server_host/health.py) run for real against tests/openai_server in a subprocess.
 
 The watch tests put a stand-in `systemctl` first in PATH: it prints the unit
 properties the test wrote (so grace and unit states are exercised through the
@@ -18,7 +18,6 @@ with Ansible's Templar.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -31,23 +30,18 @@ import time
 import pytest
 import yaml
 
+from llm_server_host import health as llm_health
+
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-LLM_HEALTH = os.path.join(REPO_ROOT, 'roles', 'serving', 'files', 'llm-health.py')
+# The program as the host runs it: the package's module, from host/.
+HOST_DIR = os.path.join(REPO_ROOT, 'host')
+LLM_HEALTH = [sys.executable, '-m', 'llm_server_host.health']
+HOST_ENV = dict(os.environ, PYTHONPATH=HOST_DIR)
 TEST_SERVER = os.path.join(REPO_ROOT, 'tests', 'openai_server', 'openai_test_server.py')
 API_KEY = 'sk-test-4f1c9d2e8b7a'
 PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')
 needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),
                                     reason='no promtool at %s: run `make promtool`' % PROMTOOL)
-
-
-def _load_llm_health():
-    spec = importlib.util.spec_from_file_location('llm_health', LLM_HEALTH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-llm_health = _load_llm_health()
 
 
 def free_port():
@@ -94,8 +88,8 @@ def start_server():
 def run_health(*args, timeout=30, env=None):
     """(rc, stdout, stderr, seconds) of llm-health with args."""
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, LLM_HEALTH] + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)
+    proc = subprocess.run(LLM_HEALTH + [str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout, env=env or HOST_ENV, check=False)
     return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
 
 
@@ -224,8 +218,9 @@ def test_check_url_with_v1_suffix(start_server):
 def test_wait_succeeds_when_the_server_comes_up_late(start_server):
     port = free_port()
     url = 'http://127.0.0.1:%d' % port
-    waiter = subprocess.Popen([sys.executable, LLM_HEALTH, 'wait', '--url', url, '--model', 'm', '--timeout', '15',
-                               '--interval', '0.1', '--deadline', '2'], stdout=subprocess.PIPE, text=True)
+    waiter = subprocess.Popen(LLM_HEALTH + ['wait', '--url', url, '--model', 'm', '--timeout', '15',
+                                            '--interval', '0.1', '--deadline', '2'],
+                              env=HOST_ENV, stdout=subprocess.PIPE, text=True)
     try:
         # The server starts once the waiter has been refused, however slowly it started.
         first = waiter.stdout.readline()
@@ -271,7 +266,7 @@ def test_wait_json_and_deadline_cut_to_the_timeout(start_server):
 
 
 @pytest.fixture
-def watch_env(tmp_path, collection_root):
+def watch_env(tmp_path):
     """Stand-in systemctl in PATH; returns helpers to set the unit state and run ticks."""
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()
@@ -282,9 +277,7 @@ def watch_env(tmp_path, collection_root):
                     'if [ "$1" = show ] && [ -f "%s" ]; then cat "%s"; exit 0; fi\n'
                     'echo "System has not been booted with systemd" >&2; exit 1\n' % (calls, show_file, show_file))
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    # _holds.py from the collection, as it lies beside llm-health.py on the host.
-    env = dict(os.environ, PATH='%s%s%s' % (bin_dir, os.pathsep, os.environ.get('PATH', '')),
-               PYTHONPATH=collection_root)
+    env = dict(HOST_ENV, PATH='%s%s%s' % (bin_dir, os.pathsep, os.environ.get('PATH', '')))
 
     class Watch:
         hold_dir = tmp_path / 'holds'
@@ -860,7 +853,7 @@ def test_config_interval_is_a_systemd_time_span(tmp_path, span, seconds):
 
 
 def test_watch_never_restarts_a_held_engine_and_says_who_holds_it(start_server, watch_env):
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+    from llm_server_host import holds as _holds
     server = start_server('--model', 'm', '--fail-status', '500')
     watch_env.configure(server.url, failures_before_restart=1, backoff_initial_s=0, hold_dir=str(watch_env.hold_dir))
     _holds.write(str(watch_env.hold_dir), 'owner', {'engine-a.service': [{'reason': 'new fan', 'since': 1.0}]},

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/nginx/files/llm-proxy-holds.py: each engine's server line in the
+"""llm-proxy-holds (host/llm_server_host/proxy_holds.py): each engine's server line in the
 proxy's upstreams, marked down while anyone holds the engine, run for real
 against a stand-in systemctl; and the role's template of its settings,
 rendered through Ansible's Templar. nginx itself reads the files in the
@@ -16,10 +16,11 @@ import sys
 
 import pytest
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+from llm_server_host import holds as _holds
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-PROGRAM = os.path.join(REPO, 'roles', 'nginx', 'files', 'llm-proxy-holds.py')
+# The program as the host runs it: the package's module, from host/.
+PROGRAM = [sys.executable, '-m', 'llm_server_host.proxy_holds']
 TEMPLATE = os.path.join(REPO, 'roles', 'nginx', 'templates', 'proxy-holds.json.j2')
 
 ACTIVE = '127.0.0.1:8001 max_fails=1 fail_timeout=10s'
@@ -38,7 +39,7 @@ class Proxy:
             '#!/bin/sh\necho "$@" >> "%s"\n'
             'if [ "$1" = is-active ]; then exit $(cat "%s"); fi\nexit 0\n' % (self.log, self.nginx_state))
         (root / 'systemctl').chmod(0o755)
-        self.env = dict(os.environ, PYTHONPATH=collection_root)
+        self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'host'))
         self.configure({'vllm-a': {'unit': 'vllm-a.service', 'server': ACTIVE},
                         'vllm-b': {'unit': 'vllm-b.service', 'server': STANDBY}})
 
@@ -48,7 +49,7 @@ class Proxy:
         (self.root / 'proxy-holds.json').write_text(json.dumps(config))
 
     def sync(self, *extra):
-        return subprocess.run([sys.executable, PROGRAM, 'sync', '--config', str(self.root / 'proxy-holds.json')]
+        return subprocess.run(PROGRAM + ['sync', '--config', str(self.root / 'proxy-holds.json')]
                               + list(extra), capture_output=True, text=True, timeout=30, check=False, env=self.env)
 
     def lines(self):

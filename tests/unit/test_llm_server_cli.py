@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/serving/files/llm-server.py: the owner's hold, release and status, and
+"""llm-server (host/llm_server_host/server.py): the owner's hold, release and status, and
 the engine units' condition, against a stand-in systemctl (its units in a JSON
 file, every call logged)."""
 
@@ -14,10 +14,11 @@ import sys
 
 import pytest
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+from llm_server_host import holds as _holds
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-PROGRAM = os.path.join(REPO, 'roles', 'serving', 'files', 'llm-server.py')
+# The program as the host runs it: the package's module, from host/.
+PROGRAM = [sys.executable, '-m', 'llm_server_host.server']
 
 SYSTEMCTL = r'''
 import json, os, sys
@@ -49,10 +50,10 @@ class Host:
         (root / 'llm-server.json').write_text(json.dumps({
             'hold_dir': self.hold_dir, 'registry_dir': str(root / 'instances'),
             'systemctl': str(root / 'systemctl')}))
-        self.env = dict(os.environ, PYTHONPATH=collection_root)
+        self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'host'))
 
     def run(self, *args):
-        return subprocess.run([sys.executable, PROGRAM, '--config', str(self.root / 'llm-server.json')] + list(args),
+        return subprocess.run(PROGRAM + ['--config', str(self.root / 'llm-server.json')] + list(args),
                               capture_output=True, text=True, timeout=30, check=False, env=self.env)
 
     def calls(self):

@@ -23,8 +23,9 @@ import sys
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 REAL = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'real')
 CAPTURE = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'real_h200_141gb.json')
-EXPORTER = os.path.join(REPO_ROOT, 'roles', 'gpu_exporter', 'files', 'llm-gpu-exporter.py')
-WATCHDOG = os.path.join(REPO_ROOT, 'roles', 'gpu_watchdog', 'files', 'llm-gpu-watchdog.py')
+# The programs as the host runs them (nvml_env puts host/ on PYTHONPATH).
+EXPORTER = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
+WATCHDOG = [sys.executable, '-m', 'llm_server_host.gpu_watchdog']
 
 
 def _roundtrip():
@@ -82,7 +83,7 @@ def test_gpu_facts_through_the_capture_equals_the_real_driver(run_gpu_facts):
 
 def test_exporter_through_the_capture_equals_the_real_driver(nvml_env):
     real = _samples(_read('h200_exporter.prom'))
-    proc = subprocess.run([sys.executable, EXPORTER, '--once'], env=nvml_env(fixture=CAPTURE),
+    proc = subprocess.run(EXPORTER + ['--once'], env=nvml_env(fixture=CAPTURE),
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     doubled = _samples(proc.stdout)
@@ -107,7 +108,7 @@ def test_watchdog_thresholds_and_dry_run_through_the_capture(nvml_env, tmp_path)
     def once(config):
         path = tmp_path / 'watchdog.json'
         path.write_text(json.dumps(config))
-        proc = subprocess.run([sys.executable, WATCHDOG, '--config', str(path), 'once'], env=env,
+        proc = subprocess.run(WATCHDOG + ['--config', str(path), 'once'], env=env,
                               capture_output=True, text=True, timeout=60, check=False)
         assert proc.returncode == 0, proc.stderr
         metrics = ''.join(open(os.path.join(dirs['metrics'], name)).read() for name in os.listdir(dirs['metrics']))

@@ -30,6 +30,16 @@ def test_module_utils_reach_the_scenarios_of_the_modules_that_import_them():
     assert "model_store" in chosen("plugins/module_utils/_model_store.py")
 
 
+def test_a_host_program_reaches_the_scenarios_whose_roles_install_and_run_it():
+    # host/ is built into the wheel the host_programs role installs; serving includes that role.
+    picked = set(chosen("host/llm_server_host/health.py"))
+    assert {"llamacpp", "ups", "monitoring", "remote"} <= picked
+    assert "first_day" not in picked
+    # The module_utils the wheel carries reach them too, beside their modules' scenarios.
+    assert "llamacpp" in chosen("plugins/module_utils/_watchdog.py")
+    assert "remote" in chosen("plugins/plugin_utils/_host_wheel.py")
+
+
 def test_a_filter_reaches_the_scenarios_whose_roles_name_it():
     # prometheus_rules_for is in monitoring.py; the monitoring role names it.
     assert "monitoring" in chosen("plugins/filter/monitoring.py")

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/ups/files/llm-ups.py against stand-ins of systemctl, upsc and the health checker.
+"""llm-ups (host/llm_server_host/ups.py) against stand-ins of systemctl, upsc and the health checker.
 
 The stand-ins are small programs in a temporary directory, named in the
 program's settings as the real ones are on the host:
@@ -17,7 +17,6 @@ at hand (LLM_SERVER_PROMTOOL, else build/promtool/promtool).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,21 +26,16 @@ import time
 
 import pytest
 
+from llm_server_host import ups as llm_ups
+
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-LLM_UPS = os.path.join(REPO_ROOT, 'roles', 'ups', 'files', 'llm-ups.py')
+# The program as the host runs it: the package's module, from host/.
+LLM_UPS = [sys.executable, '-m', 'llm_server_host.ups']
 PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')
 needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),
                                     reason='no promtool at %s: run `make promtool`' % PROMTOOL)
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location('llm_ups', LLM_UPS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-llm_ups = _load()
 
 SYSTEMCTL = r'''
 import json, os, sys
@@ -112,7 +106,6 @@ class Host:
             'ups': 'ups@localhost',
             'upsc': str(self.bin / 'upsc'),
             'systemctl': str(self.bin / 'systemctl'),
-            'python': sys.executable,
             'health_program': str(self.bin / 'llm-health.py'),
             'instances_dir': str(root / 'instances'),
             'health_config_dir': str(root / 'health'),
@@ -498,12 +491,12 @@ def test_gate_without_a_ups_lets_the_engines_start(host):
     assert verdict == 'ready' and 'no battery.charge' in lines[0]
 
 
-def test_gate_subcommand_runs_against_upsc(host, collection_root):
+def test_gate_subcommand_runs_against_upsc(host):
     host.write_config()
     # On the host _holds.py lies next to llm-ups.py; here the collection has it.
-    proc = subprocess.run([sys.executable, LLM_UPS, '--config', str(host.root / 'ups.json'), 'gate'],
+    proc = subprocess.run(LLM_UPS + ['--config', str(host.root / 'ups.json'), 'gate'],
                           capture_output=True, text=True, timeout=30, check=False,
-                          env=dict(os.environ, PYTHONPATH=collection_root))
+                          env=dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, 'host')))
     assert proc.returncode == 0, proc.stderr
     assert 'on line with the battery at 100%' in proc.stdout
 

@@ -127,7 +127,7 @@ class Drill:
     def healthy(self, unit):
         with open('/etc/llm-server/health/%s.json' % unit[:-len('.service')], encoding='utf-8') as handle:
             settings = json.load(handle)
-        rc, out = run(['python3', '/usr/local/libexec/llm-server/llm-health.py', 'check', '--url', settings['url'],
+        rc, out = run(['/opt/llm-server/venv/bin/llm-health', 'check', '--url', settings['url'],
                        '--model', settings['model']], 60)
         return rc == 0, out
 
@@ -201,7 +201,7 @@ class Drill:
         once the charge is back they start within one poll and pass their health check."""
         with open(self.args.ups_config, encoding='utf-8') as handle:
             settings = json.load(handle)
-        poll_s = float(settings.get('poll_s', 2))  # llm-ups.py's default
+        poll_s = float(settings.get('poll_s', 2))  # llm-ups's default
         restart = self.upsc('battery.charge.restart')
         need = max(float(settings['resume_charge_percent']), float(restart or 0))
         full = self.upsc('battery.charge')

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""plugins/module_utils/_gpu_metrics.py, and the NVML double's calls it needs.
+"""host/llm_server_host/gpu_metrics.py, and the NVML double's calls it needs.
 
 - The double's new calls (utilisation, ECC counts, remapped rows, PCIe
   replays, field values, events, hang_ms) through the real pynvml, each with
@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _gpu_metrics, _nvml
+from llm_server_host import gpu_metrics as _gpu_metrics
+from llm_server_host.collection import _nvml
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 FIXTURES = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures')
@@ -200,7 +201,7 @@ def test_double_hang_ms_makes_a_call_hang(nvml_env, tmp_path):
 
 READ_ALL = r'''
 import json, pynvml
-from ansible_collections.homelab.llm_server.plugins.module_utils import _gpu_metrics
+from llm_server_host import gpu_metrics as _gpu_metrics
 pynvml.nvmlInit()
 recorder = _gpu_metrics.install_recorder()
 out = [_gpu_metrics.read_gpu(pynvml.nvmlDeviceGetHandleByIndex(i), i, recorder)
@@ -347,11 +348,12 @@ def test_supervisor_reports_a_worker_that_cannot_start(tmp_path):
     assert second['restarts'] == 0, 'a worker that failed is not restarted within respawn_interval'
 
 
-ONCE = os.path.join(REPO_ROOT, 'roles', 'gpu_exporter', 'files', 'llm-gpu-exporter.py')
+# llm-gpu-exporter as the host runs it (nvml_env puts host/ on PYTHONPATH).
+ONCE = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
 
 
 def _exposition(env):
-    proc = subprocess.run([sys.executable, ONCE, '--once'], env=env, capture_output=True, text=True,
+    proc = subprocess.run(ONCE + ['--once'], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     return [line for line in proc.stdout.splitlines() if not line.startswith('llm_gpu_exporter_scrape_duration')]

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The hold directory's contract (plugins/module_utils/_holds.py)."""
+"""The hold directory's contract (host/llm_server_host/holds.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+from llm_server_host import holds as _holds
 
 HEAT = [{'reason': 'heat', 'since': 1.0, 'gpu': 0}]
 

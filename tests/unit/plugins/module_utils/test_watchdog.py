@@ -20,7 +20,8 @@ import os
 
 import pytest
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _gpu_metrics, _watchdog as wd
+from ansible_collections.homelab.llm_server.plugins.module_utils import _watchdog as wd
+from llm_server_host import gpu_metrics as _gpu_metrics
 
 RUNBOOK = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'docs', 'runbooks', 'gpu-watchdog.md')
 

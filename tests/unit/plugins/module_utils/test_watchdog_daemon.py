@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""plugins/module_utils/_watchdog_daemon.py: the watchdog's rounds, in process.
+"""host/llm_server_host/watchdog_daemon.py: the watchdog's rounds, in process.
 
 The reads are snapshots as _gpu_metrics.Supervisor returns them and the
 actions are recorded instead of run: what is checked here is which action
@@ -19,8 +19,9 @@ import time
 
 import pytest
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _watchdog as wd
-from ansible_collections.homelab.llm_server.plugins.module_utils import _watchdog_daemon as daemon
+# The decisions as the daemon imports them (the wheel carries them as llm_server_host.collection).
+from llm_server_host import watchdog_daemon as daemon
+from llm_server_host.collection import _watchdog as wd
 
 UUIDS = {0: 'GPU-aaaa', 1: 'GPU-bbbb'}
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import csv
 import hashlib
@@ -122,3 +123,33 @@ def test_pip_installs_it_without_an_index_and_its_programs_run(tmp_path):
                               'import importlib.metadata as m; print(m.version("llm-server-host"))'],
                              capture_output=True, text=True, timeout=60, check=True)
     assert version.stdout.strip() == _host_wheel.collection_version(REPO_ROOT)
+
+
+def test_the_programs_import_only_what_a_host_has():
+    """The standard library, the venv's bindings (pynvml, prometheus_client) and the package itself: never Ansible."""
+    _name, data, _scripts = _host_wheel.build(HOST_DIR, '0.4.0')
+    allowed = {'pynvml', 'prometheus_client', 'llm_server_host'}
+    with zipfile.ZipFile(io.BytesIO(data)) as wheel:
+        sources = {name: wheel.read(name) for name in wheel.namelist() if name.endswith('.py')}
+    for path, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split('.')[0]
+                assert top in sys.stdlib_module_names or top in allowed, (path, name)
+
+
+def test_the_wheel_runs_the_benchmark_with_only_python3(tmp_path):
+    """docs/architecture.md: PYTHONPATH=THE.whl python3 -m llm_server_host.bench, nothing installed."""
+    name, data, _scripts = _host_wheel.build(HOST_DIR, '0.4.0')
+    wheel, _written = _host_wheel.write(str(tmp_path), name, data)
+    result = subprocess.run(['/usr/bin/python3', '-I', '-c', 'import sys; sys.path.insert(0, sys.argv[1]); '
+                             'import runpy; sys.argv[1:] = ["--help"]; '
+                             'runpy.run_module("llm_server_host.bench", run_name="__main__")', wheel],
+                            capture_output=True, text=True, timeout=60, check=False, cwd=str(tmp_path))
+    assert result.returncode == 0 and result.stdout.startswith('usage: llm-bench'), result.stderr

@@ -35,10 +35,7 @@ import subprocess
 import sys
 import time
 
-try:
-    import _holds
-except ImportError:  # the unit tests, and ansible-test, import it from the collection
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+from llm_server_host import holds as _holds
 
 DEFAULT_CONFIG = '/etc/llm-server/llm-server.json'
 HOLDER = 'owner'

@@ -7,40 +7,40 @@ a unit: it only writes what it asks for into a request file in a directory
 nut may write to. A root systemd path unit watching that file runs `apply`,
 which stops or starts exactly the engine units.
 
-  llm-ups.py [--config F] sched EVENT
+  llm-ups [--config F] sched EVENT
       upssched's CMDSCRIPT (as nut). engines-off (the on-battery timer fired)
       asks for "stop", power-back (ONLINE) for "start"; low-battery is only
       logged: upsmon itself shuts the host down (its SHUTDOWNCMD, as root).
-  llm-ups.py [--config F] request stop|start
+  llm-ups [--config F] request stop|start
       The same request by hand (root or nut), e.g. to start the engines again
       after a test.
-  llm-ups.py [--config F] apply
+  llm-ups [--config F] apply
       Root, from the path unit: brings the engines to the last request.
       stop: stops the registered engine units that run, and records them
       (state_dir/state.json, under /run: a reboot forgets it). start: starts
       only the units the UPS stopped, once the UPS is on line and charged (see
       gate), then waits until each passes its health check (the serving
-      role's llm-health.py wait). A newer request cuts a wait short. Exit 1
+      role's llm-health wait). A newer request cuts a wait short. Exit 1
       when an engine started but did not pass its check.
-  llm-ups.py [--config F] gate
+  llm-ups [--config F] gate
       At boot, before the engines (a oneshot they are ordered after): waits
       until the UPS is on line and, when it reports battery.charge, charged
       to resume_charge_percent (or to battery.charge.restart when higher).
       Waits while on battery; at most resume_timeout_s for the charge; without
       any answer from the UPS for no_data_timeout_s it lets the engines start.
-  llm-ups.py [--config F] collect
+  llm-ups [--config F] collect
       One tick of the metrics timer: `upsc` into node exporter's textfile
       collector (llm_ups.prom) and the engines' side (llm_ups_engines.prom).
       A request not handled yet (written just as apply ended, when the path
       unit does not watch) starts apply_unit.
-  llm-ups.py [--config F] status
+  llm-ups [--config F] status
       What the UPS says and what the UPS stopped, for a person.
 
 The engine units are config engine_units, or (empty) every instance in the
 serving registry (instances_dir/NAME.json, unit NAME.service), read when a
 request is applied, not when the role ran.
 
-The health checker (llm-health.py watch) leaves a unit that is not active
+The health checker (llm-health watch) leaves a unit that is not active
 alone, so a stop is not undone; while it stops a unit, apply also holds the
 checker's lock of that engine, so a check already under way cannot restart
 it.
@@ -63,10 +63,7 @@ import sys
 import tempfile
 import time
 
-try:
-    import _holds
-except ImportError:  # the unit tests import it from the collection
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+from llm_server_host import holds as _holds
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -77,14 +74,13 @@ CONFIG_DEFAULTS = {
     'ups': 'ups@localhost',
     'upsc': '/bin/upsc',
     'systemctl': '/bin/systemctl',
-    'python': '/usr/bin/python3',
-    'health_program': '/usr/local/libexec/llm-server/llm-health.py',
+    'health_program': '/opt/llm-server/venv/bin/llm-health',
     'engine_units': [],
     'instances_dir': '/etc/llm-server/instances',
     'health_config_dir': '/etc/llm-server/health',
     'request_file': '/run/llm-server/ups-request/request',
     'state_dir': '/run/llm-server/ups',
-    # The holds every actor respects (_holds.py): the UPS's are ups.json there.
+    # The holds every actor respects (holds.py): the UPS's are ups.json there.
     'hold_dir': '/var/lib/llm-server/holds',
     'metrics_dir': None,
     'metrics_interval_s': 15,
@@ -408,7 +404,7 @@ def health_config(config, unit):
 
 @contextlib.contextmanager
 def health_checks_held(config, units, log):
-    """Holds the health checker's lock of each engine (llm-health.py watch), bounded in time."""
+    """Holds the health checker's lock of each engine (llm-health watch), bounded in time."""
     with contextlib.ExitStack() as stack:
         for unit in units:
             settings = health_config(config, unit)
@@ -557,7 +553,7 @@ def do_stop(config, log):
 
 
 def _health_argv(config, settings):
-    argv = [config['python'], config['health_program'], 'wait', '--url', str(settings['url']),
+    argv = [config['health_program'], 'wait', '--url', str(settings['url']),
             '--model', str(settings['model']), '--timeout', '%g' % config['start_timeout_s'],
             '--deadline', str(settings.get('deadline_s') or 15), '--json']
     if settings.get('api_key_file'):

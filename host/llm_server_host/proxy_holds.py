@@ -7,7 +7,7 @@ anyone holds the engine (the UPS on battery, the GPU watchdog, the owner's
 `llm-server hold`). A held engine is stopped; without `down`, nginx would
 still try it first and retry the refused request elsewhere.
 
-  python3 llm-proxy-holds.py sync --config /etc/llm-server/proxy-holds.json [--no-reload]
+  llm-proxy-holds sync --config /etc/llm-server/proxy-holds.json [--no-reload]
       Writes {engines_dir}/{name}.conf for every engine of the configuration,
       removes the files of engines no longer in it, and reloads nginx when a
       file changed and nginx runs (not with --no-reload: the nginx role
@@ -15,7 +15,7 @@ still try it first and retry the refused request elsewhere.
       Exit 0, 1 when the reload failed, 2 on a configuration error.
 
 The configuration (written by the nginx role) is a JSON object:
-  hold_dir      the holds (plugins/module_utils/_holds.py's contract)
+  hold_dir      the holds (llm_server_host.holds's contract)
   engines_dir   where the include files go
   engines       {name: {"unit": "NAME.service", "server": "127.0.0.1:8001 max_fails=1 ..."}}
   systemctl     systemctl (a stand-in in the tests)
@@ -32,10 +32,7 @@ import re
 import subprocess
 import sys
 
-try:
-    import _holds  # beside this file on the host (the nginx role installs both)
-except ImportError:  # the unit tests, and ansible-test, import it from the collection
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
+from llm_server_host import holds as _holds
 
 NAME_RE = re.compile(r'^[A-Za-z0-9_.@-]+$')
 SUFFIX = '.conf'

@@ -4,9 +4,8 @@
 
 """The GPU watchdog's loop: read NVML, decide (_watchdog), act, keep state, write metrics.
 
-Private to this collection. roles/gpu_watchdog/files/llm-gpu-watchdog.py is
-the thin program around it; on the GPU host this file, _watchdog.py,
-_gpu_metrics.py and _nvml.py are installed next to that program.
+Private to this collection. gpu_watchdog.py (llm-gpu-watchdog) is the thin
+program around it.
 
 Reading: _gpu_metrics.Supervisor, the GPU exporter's own NVML worker, so
 every read is bounded in time (a GPU on which NVML hangs is left alone for a
@@ -50,11 +49,8 @@ import sys
 import tempfile
 import time
 
-if __name__.startswith('ansible_collections.'):
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _holds, _watchdog
-else:  # installed on the GPU host next to llm-gpu-watchdog.py
-    import _holds  # pylint: disable=import-error
-    import _watchdog  # pylint: disable=import-error
+from llm_server_host import holds as _holds
+from llm_server_host.collection import _watchdog
 
 METRICS_FILE = 'llm_gpu_watchdog.prom'
 
@@ -77,7 +73,7 @@ DEFAULTS = {
     'registry_dir': '/etc/llm-server/instances',
     'state_dir': '/var/lib/llm-server/watchdog',
     'run_dir': '/run/llm-server/watchdog',
-    # The holds every actor respects (_holds.py): the watchdog's are HOLDER.json there.
+    # The holds every actor respects (holds.py): the watchdog's are HOLDER.json there.
     'hold_dir': '/var/lib/llm-server/holds',
     'metrics_dir': None,
     'kernel_log': '/dev/kmsg',

@@ -5,15 +5,15 @@ GET /health alone is not enough: vLLM keeps answering it while its engine is
 hung (vLLM issue 39863). A check therefore also asks for a 1-token completion,
 and both must answer within one deadline.
 
-  python3 llm-health.py check --url http://127.0.0.1:8001 --model NAME [--api-key-file F] [--deadline 15]
+  llm-health check --url http://127.0.0.1:8001 --model NAME [--api-key-file F] [--deadline 15]
       One check. Prints one JSON line
       {"healthy": bool, "reason": str, "health_s": float, "completion_s": float or null}
       (completion_s is null when the completion was not tried). Exit 0 healthy, 1 not.
-  python3 llm-health.py wait --url ... --model ... [--timeout 600] [--interval 2] [--deadline 15] [--json]
+  llm-health wait --url ... --model ... [--timeout 600] [--interval 2] [--deadline 15] [--json]
       Checks until healthy or until the timeout passes. Prints a line whenever
       the reason changes, then a last line with the verdict, the elapsed time
       and the last reason (with --json the last line is JSON). Exit 0 healthy, 1 not.
-  python3 llm-health.py watch --config /etc/llm-server/health/NAME.json
+  llm-health watch --config /etc/llm-server/health/NAME.json
       One tick of a systemd timer: check, count consecutive failures in the
       state file and restart the unit at the threshold, with backoff; with
       metrics_dir, write the result for node exporter's textfile collector.
@@ -85,13 +85,7 @@ import tempfile
 import time
 from urllib.parse import urlsplit
 
-try:
-    import _holds  # beside this file on the host (the serving role installs both)
-except ImportError:
-    try:  # the unit tests, and ansible-test, import it from the collection
-        from ansible_collections.homelab.llm_server.plugins.module_utils import _holds
-    except ImportError:  # check and wait need no holds
-        _holds = None
+from llm_server_host import holds as _holds
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
@@ -375,7 +369,7 @@ WATCH_DEFAULTS = {
     'metrics_dir': None,
     # The timer's period (a systemd time span or seconds), written as a metric.
     'interval': None,
-    # The holds' directory (plugins/module_utils/_holds.py); None reads no holds.
+    # The holds' directory (holds.py's contract); None reads no holds.
     'hold_dir': None,
 }
 WATCH_REQUIRED = ('name', 'url', 'model', 'unit')
@@ -488,8 +482,6 @@ def load_watch_config(path):
     if config['hold_dir'] is not None and (not isinstance(config['hold_dir'], str)
                                            or not config['hold_dir'].startswith('/')):
         raise ConfigError('hold_dir must be an absolute path, not %r' % (config['hold_dir'],))
-    if config['hold_dir'] is not None and _holds is None:
-        raise ConfigError('hold_dir needs _holds.py beside llm-health.py (the serving role installs it)')
     if config['api_key_file'] is not None and not isinstance(config['api_key_file'], str):
         raise ConfigError('api_key_file must be a path, not %r' % (config['api_key_file'],))
     if config['metrics_dir'] is not None:

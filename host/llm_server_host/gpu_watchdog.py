@@ -2,23 +2,23 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """llm-gpu-watchdog: acts on GPU heat and XID errors through NVML and systemd.
 
-usage: llm-gpu-watchdog.py [--config FILE] run          the daemon (a systemd service)
-       llm-gpu-watchdog.py [--config FILE] once         one round, then exit (0 when NVML answered)
-       llm-gpu-watchdog.py [--config FILE] check        check the configuration and exit
-       llm-gpu-watchdog.py [--config FILE] status       print the heat steps, held engines, GPUs to look at
-       llm-gpu-watchdog.py [--config FILE] release [GPU]
+usage: llm-gpu-watchdog [--config FILE] run          the daemon (a systemd service)
+       llm-gpu-watchdog [--config FILE] once         one round, then exit (0 when NVML answered)
+       llm-gpu-watchdog [--config FILE] check        check the configuration and exit
+       llm-gpu-watchdog [--config FILE] status       print the heat steps, held engines, GPUs to look at
+       llm-gpu-watchdog [--config FILE] release [GPU]
                                                         a person fixed GPU (or all): the running
                                                         daemon restores its limits and starts what
                                                         it holds stopped on it
 
 The configuration is the JSON the gpu_watchdog role writes (default
 /etc/llm-server/watchdog.json; keys in _watchdog_daemon.DEFAULTS). The
-decisions live in module_utils/_watchdog.py, the loop in
-module_utils/_watchdog_daemon.py; NVML is read by the GPU exporter's worker
-(module_utils/_gpu_metrics.py) in a child process, and each NVML setting is
-made by a child process of its own (this file with --set), so a GPU that
-hangs NVML cannot hang the watchdog. On the GPU host these modules are
-installed next to this file; in a checkout they are found in the collection.
+decisions live in the collection's module_utils/_watchdog.py (the wheel
+carries it as llm_server_host.collection._watchdog), the loop in
+watchdog_daemon.py; NVML is read by the GPU exporter's worker
+(gpu_metrics.py) in a child process, and each NVML setting is made by a
+child process of its own (this module with --set), so a GPU that hangs NVML
+cannot hang the watchdog.
 """
 
 from __future__ import annotations
@@ -31,11 +31,8 @@ import sys
 import threading
 import time
 
-try:  # installed: the role puts the modules next to this file
-    import _gpu_metrics
-    import _watchdog_daemon
-except ImportError:  # a checkout of the collection (tests)
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _gpu_metrics, _watchdog_daemon
+from llm_server_host import gpu_metrics as _gpu_metrics
+from llm_server_host import watchdog_daemon as _watchdog_daemon
 
 DEFAULT_CONFIG = '/etc/llm-server/watchdog.json'
 
@@ -46,7 +43,7 @@ def log(message):
 
 
 def this_program():
-    return [sys.executable, os.path.abspath(__file__)]
+    return [sys.executable, '-m', __spec__.name]
 
 
 def internal(argv):

@@ -4,9 +4,8 @@
 
 """NVIDIA GPU metrics for Prometheus through NVML: the logic of llm-gpu-exporter.
 
-Private to this collection. roles/gpu_exporter/files/llm-gpu-exporter.py is
-the thin program around it (HTTP with prometheus_client, arguments); on the
-GPU host this file and _nvml.py are installed next to that program.
+Private to this collection. gpu_exporter.py (llm-gpu-exporter) is the thin
+program around it (HTTP with prometheus_client, arguments).
 
 Same figures as gpu_facts, by construction: every value gpu_facts also
 reports is read by _nvml.read_device, the very function behind gpu_facts,
@@ -58,10 +57,7 @@ import threading
 import time
 import traceback
 
-if __name__.startswith('ansible_collections.'):
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _nvml
-else:  # installed on the GPU host next to llm-gpu-exporter.py and _nvml.py
-    import _nvml  # pylint: disable=import-error
+from llm_server_host.collection import _nvml
 
 pynvml = _nvml.pynvml
 

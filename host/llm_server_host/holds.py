@@ -22,7 +22,7 @@ A holder that is not persistent (the UPS, the watchdog: their reasons end
 with the boot) writes the boot's id, and its file counts only during that
 boot. The owner's holds are persistent: a maintenance hold outlives a reboot.
 
-Standard library only: the host programs run it with the system python3.
+Standard library only.
 """
 
 from __future__ import annotations

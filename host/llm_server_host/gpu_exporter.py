@@ -2,22 +2,21 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """llm-gpu-exporter: NVIDIA GPU metrics for Prometheus, read through NVML.
 
-usage: python3 llm-gpu-exporter.py [--listen-address ADDR] [--port PORT] [--timeout S]
+usage: llm-gpu-exporter [--listen-address ADDR] [--port PORT] [--timeout S]
                                    [--quarantine S] [--event-wait-ms MS]
                                    [--preinitialised-xids 13,31,...] [--once]
 
 Serves /metrics (prometheus_client) on ADDR:PORT (default 127.0.0.1:9835).
 Every value gpu_facts also reports comes from the same code
-(module_utils/_nvml.py), and the metric logic lives in
-module_utils/_gpu_metrics.py; on the GPU host both are installed next to
-this file, in a checkout they are found in the collection
-(ansible_collections.homelab.llm_server on PYTHONPATH).
+(the collection's module_utils/_nvml.py, which the wheel carries as
+llm_server_host.collection._nvml), and the metric logic lives in
+gpu_metrics.py.
 
-NVML is called only in a worker process (this file run with --worker): a
+NVML is called only in a worker process (this module run with --worker): a
 scrape that NVML does not answer within --timeout seconds is answered with
 what was read and llm_gpu_exporter_scrape_success 0, the stuck worker is
 killed and replaced, and the GPU it hung on is left alone for --quarantine
-seconds so that the others are still read (see _gpu_metrics.py). --once prints one scrape in
+seconds so that the others are still read (see gpu_metrics.py). --once prints one scrape in
 the exposition format and exits (0 when the scrape succeeded, 1 when not).
 
 Needs nvidia-ml-py (module pynvml) and prometheus-client.
@@ -32,10 +31,7 @@ import signal
 import sys
 import threading
 
-try:  # installed: the role puts _gpu_metrics.py and _nvml.py next to this file
-    import _gpu_metrics
-except ImportError:  # a checkout of the collection (tests, benchmarks)
-    from ansible_collections.homelab.llm_server.plugins.module_utils import _gpu_metrics
+from llm_server_host import gpu_metrics as _gpu_metrics
 
 LOG = logging.getLogger('llm-gpu-exporter')
 
@@ -113,7 +109,7 @@ class GpuCollector(object):
 
 
 def worker_command():
-    return [sys.executable, os.path.abspath(__file__), '--worker']
+    return [sys.executable, '-m', __spec__.name, '--worker']
 
 
 def main(argv=None):
