@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from ansible.plugins.action import ActionBase
@@ -25,11 +26,15 @@ class ActionModule(ActionBase):
         try:
             version = _host_wheel.collection_version(COLLECTION_ROOT)
             file_name, data, scripts = _host_wheel.build(os.path.join(COLLECTION_ROOT, 'host'), version)
-            path, written = _host_wheel.write(dest, file_name, data)
+            # A folder per content: two checkouts of one version (a release
+            # and a change to it) never overwrite each other's wheel while
+            # a play is about to copy it.
+            digest = hashlib.sha256(data).hexdigest()[:16]
+            path, written = _host_wheel.write(os.path.join(dest, digest), file_name, data)
         except (_host_wheel.HostWheelError, OSError) as e:
             result.update(failed=True, msg='Could not build the host programs\' wheel: %s' % e)
             return result
         # The controller's cache only: the copy that follows says whether the host changed.
-        result.update(changed=False, path=path, file_name=file_name, version=version, scripts=scripts,
+        result.update(changed=False, path=path, file_name=file_name, version=version, scripts=scripts, sha256=digest,
                       written=written)
         return result

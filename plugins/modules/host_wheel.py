@@ -21,8 +21,9 @@ description:
 options:
   dest:
     description:
-      - The directory on the controller the wheel is written to (created when missing). It is written only when
-        its bytes differ.
+      - The directory on the controller the wheel is written under, in a folder named after the start of its
+        SHA-256 (created when missing), so that two collections of the same version never overwrite each other's
+        wheel. It is written only when its bytes differ.
       - Without it, C(~/.cache/homelab.llm_server/host-wheel) of the user running Ansible.
     type: path
 extends_documentation_fragment:
@@ -57,12 +58,17 @@ path:
   description: The wheel on the controller.
   returned: success
   type: str
-  sample: /home/owner/.cache/homelab.llm_server/host-wheel/llm_server_host-0.4.0-py3-none-any.whl
+  sample: /home/owner/.cache/homelab.llm_server/host-wheel/3f1c0e9a7b2d4c58/llm_server_host-0.4.0-py3-none-any.whl
 file_name:
   description: The wheel's file name.
   returned: success
   type: str
   sample: llm_server_host-0.4.0-py3-none-any.whl
+sha256:
+  description: The first 16 hexadecimal digits of the wheel's SHA-256, the name of its folder under O(dest).
+  returned: success
+  type: str
+  sample: 3f1c0e9a7b2d4c58
 version:
   description: The collection's version, which the wheel carries.
   returned: success
