@@ -36,7 +36,6 @@ needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),
                                     reason='no promtool at %s: run `make promtool`' % PROMTOOL)
 
 
-
 SYSTEMCTL = r'''
 import json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
