@@ -24,7 +24,16 @@ out=$(LD_LIBRARY_PATH="$root/build/nvml" \
       ansible localhost -c local -m homelab.llm_server.gpu_facts \
         -e "ansible_python_interpreter=$(command -v python3)" 2>/dev/null)
 echo "$out" | grep -q '"gpu_count": 2' || { echo "gpu_facts from the installed tarball failed: $out"; exit 1; }
+# The host programs' wheel, built from the installed copy (its version from
+# MANIFEST.json), runs with nothing but python3.
+out=$(ansible localhost -c local -m homelab.llm_server.host_wheel -a "dest=$work/wheels" 2>/dev/null)
+wheel=$(echo "$out" | sed -n 's/^ *"path": "\(.*\)",\?$/\1/p')
+case "$wheel" in
+  */llm_server_host-"$(basename "$tarball" .tar.gz | sed 's/^homelab-llm_server-//')"-py3-none-any.whl) ;;
+  *) echo "host_wheel from the installed tarball failed: $out"; exit 1 ;;
+esac
+PYTHONPATH="$wheel" python3 -m llm_server_host.bench --help >/dev/null
 ansible-doc -t role homelab.llm_server.preflight >/dev/null
 ansible-playbook --syntax-check "$work/collections/ansible_collections/homelab/llm_server/playbooks/site.yml" -i localhost, >/dev/null 2>&1
 ansible-playbook --syntax-check homelab.llm_server.preflight -i localhost, >/dev/null 2>&1
-echo "the installed collection works from $work: gpu_facts, role docs, playbooks"
+echo "the installed collection works from $work: gpu_facts, the host programs' wheel, role docs, playbooks"
