@@ -26,12 +26,12 @@ import argparse
 import contextlib
 import ipaddress
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
+
+from llm_server_host.files import write_atomically
 
 TABLE = 'llm_door_bans'
 NFT = '/usr/sbin/nft'
@@ -98,18 +98,6 @@ def read_state(path):
     return {}
 
 
-def atomic_write(path, text, mode=0o644):
-    directory = os.path.dirname(path) or '.'
-    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', dir=directory)
-    try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def gather(sources, state, now, max_age, fetcher):
@@ -172,8 +160,8 @@ def main(argv=None):
         if proc.returncode != 0:
             sys.exit('nft refused the table: %s' % proc.stderr.strip())
         applied = True
-    atomic_write(config['state'], json.dumps({'ruleset': ruleset, 'sources': kept}), mode=0o600)
-    atomic_write(config['metrics'], render_metrics(sources, kept, failed, len(v4) + len(v6)))
+    write_atomically(config['state'], json.dumps({'ruleset': ruleset, 'sources': kept}), mode=0o600)
+    write_atomically(config['metrics'], render_metrics(sources, kept, failed, len(v4) + len(v6)))
     print(json.dumps({'applied': applied, 'addresses': len(v4) + len(v6), 'failed': failed}))
 
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import os
 import socket
 import ssl
 import sys
-import tempfile
 import time
+
+from llm_server_host.files import write_atomically
+from llm_server_host.textfile import label_value
 
 
 class DoorConnection(http.client.HTTPSConnection):
@@ -67,8 +68,6 @@ def probe(name, address, port, path, context, timeout):
             'duration': time.monotonic() - started, 'error': error}
 
 
-def label_value(text):
-    return str(text).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
 
 
 FAMILIES = [
@@ -95,22 +94,6 @@ def render(results):
     return '\n'.join(lines) + '\n'
 
 
-def write_atomically(path, text):
-    """Write PATH through a temporary file in its directory (not *.prom, so never read half-written)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
-    try:
-        with os.fdopen(handle, 'w') as stream:
-            stream.write(text)
-            stream.flush()
-            os.fchmod(stream.fileno(), 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
 
 
 def main(argv=None):

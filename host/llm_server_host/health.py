@@ -81,11 +81,12 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 from urllib.parse import urlsplit
 
 from llm_server_host import holds as _holds
+from llm_server_host.files import write_atomically
+from llm_server_host.textfile import label_value as _label_value
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
@@ -586,8 +587,6 @@ def metrics_path(metrics_dir, name):
     return os.path.join(metrics_dir, 'llm_engine_probe_%s.prom' % name)
 
 
-def _label_value(text):
-    return str(text).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
 
 
 def _number_text(value):
@@ -623,23 +622,6 @@ def render_metrics(config, success, timestamp, restarts, holders=None):
     return '\n'.join(lines) + '\n'
 
 
-def write_atomically(path, text):
-    """Write path through a temporary file in its directory (not *.prom, so never read half-written), 0644."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _write_metrics(config, state, code, holds):

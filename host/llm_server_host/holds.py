@@ -32,7 +32,8 @@ import fcntl
 import json
 import os
 import re
-import tempfile
+
+from llm_server_host.files import write_atomically
 
 VERSION = 1
 HOLDER_RE = re.compile(r'^[a-z][a-z0-9_-]{0,31}$')
@@ -160,23 +161,9 @@ def write(hold_dir, holder, engines, persistent=False, current_boot=None):
         return
     os.makedirs(hold_dir, mode=0o755, exist_ok=True)
     # Readable by all: the engine units' condition runs as their own user.
-    write_text(path, json.dumps(data, indent=1, sort_keys=True) + '\n')
+    write_atomically(path, json.dumps(data, indent=1, sort_keys=True) + '\n')
 
 
-def write_text(path, text, mode=0o644):
-    """Replaces path whole: a temporary file beside it (a dot file), then a rename."""
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix='.%s.' % os.path.basename(path))
-    try:
-        with os.fdopen(handle, 'w', encoding='utf-8') as out:
-            out.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
 
 
 def own(hold_dir, holder, current_boot=None):

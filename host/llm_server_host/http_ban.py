@@ -33,7 +33,8 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
+
+from llm_server_host.files import write_atomically
 
 HEADER = (
     "# Client addresses banned by fail2ban (jail {jail}) through llm-http-ban.\n"
@@ -42,20 +43,6 @@ HEADER = (
 )
 
 
-def atomic_write(path, text, mode=0o644):
-    directory = os.path.dirname(path) or '.'
-    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', dir=directory)
-    try:
-        with os.fdopen(fd, 'w') as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def read_text(path):
@@ -132,14 +119,14 @@ def apply(args, banned):
     new = render_banned(args.jail, banned)
     if old == new:
         return True
-    atomic_write(args.banned_file, new)
+    write_atomically(args.banned_file, new)
     check = subprocess.run(['nginx', '-t', '-q'], capture_output=True, text=True, check=False)
     if check.returncode != 0:
         # The previous list stays live; nginx is not reloaded.
         if old is None:
             os.unlink(args.banned_file)
         else:
-            atomic_write(args.banned_file, old)
+            write_atomically(args.banned_file, old)
         sys.stderr.write('llm-http-ban: nginx -t refused the new list, kept the previous one: %s\n'
                          % check.stderr.strip())
         return False
@@ -188,8 +175,8 @@ def main(argv=None):
         applied = apply(args, banned)
         if not applied:
             banned = parse_banned(read_text(args.banned_file))
-        atomic_write(args.state_file, json.dumps(state) + '\n')
-        atomic_write(args.metrics_file, render_metrics(args.jail, state['bans_total'], banned, applied))
+        write_atomically(args.state_file, json.dumps(state) + '\n')
+        write_atomically(args.metrics_file, render_metrics(args.jail, state['bans_total'], banned, applied))
     return 0 if applied else 1
 
 

@@ -33,6 +33,7 @@ import subprocess
 import sys
 
 from llm_server_host import holds as _holds
+from llm_server_host.files import write_atomically
 
 NAME_RE = re.compile(r'^[A-Za-z0-9_.@-]+$')
 SUFFIX = '.conf'
@@ -95,7 +96,7 @@ def sync(config):
                     continue
         except FileNotFoundError:
             pass
-        _holds.write_text(path, text)
+        write_atomically(path, text)
         changes.append('%s: %s' % (name, 'down, held by %s' % _holds.describe(holders) if holders else 'up'))
     for entry in sorted(os.listdir(config['engines_dir'])):
         if entry.endswith(SUFFIX) and entry[:-len(SUFFIX)] not in config['engines']:

@@ -22,10 +22,11 @@ an error), 1 when it is not.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
-import tempfile
+
+from llm_server_host.files import write_atomically
+from llm_server_host.textfile import label_value
 
 WG_TIMEOUT_S = 10
 
@@ -72,8 +73,6 @@ def read_tunnel(interface):
     return True, peers
 
 
-def label_value(text):
-    return str(text).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
 
 
 def labels(pairs):
@@ -124,22 +123,6 @@ def render(interface, up, seen, configured):
     return '\n'.join(lines) + '\n'
 
 
-def write_atomically(path, text):
-    """Write PATH through a temporary file in its directory (not *.prom, so never read half-written)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.', suffix='.tmp')
-    try:
-        with os.fdopen(handle, 'w') as stream:
-            stream.write(text)
-            stream.flush()
-            os.fchmod(stream.fileno(), 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
 
 
 def main(argv=None):

@@ -60,10 +60,11 @@ import re
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 
 from llm_server_host import holds as _holds
+from llm_server_host.files import write_atomically
+from llm_server_host.textfile import label_value as _label_value
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -174,21 +175,6 @@ def ups_label(config):
 # ---------------------------------------------------------------- files
 
 
-def write_atomically(path, text, mode=0o644):
-    """path through a temporary file in its directory (never *.prom), then a rename."""
-    directory = os.path.dirname(path) or '.'
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), suffix='.tmp', dir=directory)
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _lock_within(handle, timeout_s):
@@ -685,8 +671,6 @@ def apply(config, log=_log):
 # ---------------------------------------------------------------- metrics
 
 
-def _label_value(text):
-    return str(text).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
 
 
 def _labels(**labels):

@@ -51,6 +51,8 @@ import time
 
 from llm_server_host import holds as _holds
 from llm_server_host.collection import _watchdog
+from llm_server_host.files import write_atomically
+from llm_server_host.textfile import label_value as _escape
 
 METRICS_FILE = 'llm_gpu_watchdog.prom'
 
@@ -178,20 +180,9 @@ def engines_by_gpu(registry_dir):
 
 
 def write_atomic(path, text, mode=0o644):
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', dir=directory)
-    try:
-        with os.fdopen(fd, 'w', encoding='utf-8') as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """write_atomically, its directory made first (the run directory is under /run)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_atomically(path, text, mode)
 
 
 def read_json(path, default):
@@ -402,8 +393,6 @@ class Metrics(object):
         return '\n'.join(lines) + '\n'
 
 
-def _escape(value):
-    return str(value).replace('\\', '\\\\').replace('\n', '\\n').replace('"', '\\"')
 
 
 def _number(value):
