@@ -98,8 +98,6 @@ def read_state(path):
     return {}
 
 
-
-
 def gather(sources, state, now, max_age, fetcher):
     """Each source's addresses (fetched, or the last ones while younger than max_age) and the failed URLs."""
     sources_state = state.get('sources', {})

@@ -68,8 +68,6 @@ def probe(name, address, port, path, context, timeout):
             'duration': time.monotonic() - started, 'error': error}
 
 
-
-
 FAMILIES = [
     ('llm_tunnel_probe_success', 'success', '%d',
      '1 when GET /healthz through the VPS door and the tunnel answered 200, else 0.'),
@@ -92,8 +90,6 @@ def render(results):
         for server_name, result in sorted(results.items()):
             lines.append('%s{server_name="%s"} %s' % (name, label_value(server_name), fmt % result[key]))
     return '\n'.join(lines) + '\n'
-
-
 
 
 def main(argv=None):

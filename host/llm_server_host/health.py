@@ -587,8 +587,6 @@ def metrics_path(metrics_dir, name):
     return os.path.join(metrics_dir, 'llm_engine_probe_%s.prom' % name)
 
 
-
-
 def _number_text(value):
     """Whole numbers without a fraction (30, not 30.0), others as Python writes them."""
     return '%d' % value if value == int(value) else repr(float(value))
@@ -620,8 +618,6 @@ def render_metrics(config, success, timestamp, restarts, holders=None):
                   '# HELP %s %s' % (by, by_help), '# TYPE %s %s' % (by, by_kind)]
         lines += ['%s{%s,holder="%s"} 1' % (by, inner, _label_value(holder)) for holder in sorted(set(holders))]
     return '\n'.join(lines) + '\n'
-
-
 
 
 def _write_metrics(config, state, code, holds):

@@ -164,8 +164,6 @@ def write(hold_dir, holder, engines, persistent=False, current_boot=None):
     write_atomically(path, json.dumps(data, indent=1, sort_keys=True) + '\n')
 
 
-
-
 def own(hold_dir, holder, current_boot=None):
     """holder's own holds as its file has them now ({} when none count)."""
     holds, _problems = read(hold_dir, current_boot)

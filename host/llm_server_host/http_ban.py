@@ -43,8 +43,6 @@ HEADER = (
 )
 
 
-
-
 def read_text(path):
     try:
         with open(path) as handle:

@@ -73,8 +73,6 @@ def read_tunnel(interface):
     return True, peers
 
 
-
-
 def labels(pairs):
     return '{%s}' % ','.join('%s="%s"' % (key, label_value(value)) for key, value in pairs)
 
@@ -121,8 +119,6 @@ def render(interface, up, seen, configured):
         lines.append('# TYPE %s %s' % (name, kind))
         lines.extend('%s%s %s' % (name, labels(pairs), number(value)) for pairs, value in samples[name])
     return '\n'.join(lines) + '\n'
-
-
 
 
 def main(argv=None):

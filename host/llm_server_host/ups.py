@@ -175,8 +175,6 @@ def ups_label(config):
 # ---------------------------------------------------------------- files
 
 
-
-
 def _lock_within(handle, timeout_s):
     """Whether an exclusive flock on handle was had within timeout_s."""
     deadline = time.monotonic() + timeout_s
@@ -669,8 +667,6 @@ def apply(config, log=_log):
 
 
 # ---------------------------------------------------------------- metrics
-
-
 
 
 def _labels(**labels):

@@ -393,8 +393,6 @@ class Metrics(object):
         return '\n'.join(lines) + '\n'
 
 
-
-
 def _number(value):
     if isinstance(value, bool):
         return '1' if value else '0'
