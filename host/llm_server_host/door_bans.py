@@ -32,6 +32,7 @@ import time
 import urllib.request
 
 from llm_server_host.files import write_atomically
+from llm_server_host.textfile import Exposition
 
 TABLE = 'llm_door_bans'
 NFT = '/usr/sbin/nft'
@@ -116,21 +117,14 @@ def gather(sources, state, now, max_age, fetcher):
 
 
 def render_metrics(sources, kept, failed, count):
-    lines = [
-        '# HELP llm_door_banned_addresses Client addresses (or networks) that home banned, dropped at the door.',
-        '# TYPE llm_door_banned_addresses gauge',
-        'llm_door_banned_addresses %d' % count,
-        '# HELP llm_door_bans_source_up 1 when the last pull of a home\'s list of banned addresses worked.',
-        '# TYPE llm_door_bans_source_up gauge',
-    ]
-    lines += ['llm_door_bans_source_up{source="%s"} %d' % (url, url not in failed) for url in sources]
-    lines += [
-        '# HELP llm_door_bans_source_last_success_timestamp_seconds When a home\'s list was last pulled.',
-        '# TYPE llm_door_bans_source_last_success_timestamp_seconds gauge',
-    ]
-    lines += ['llm_door_bans_source_last_success_timestamp_seconds{source="%s"} %.3f'
-              % (url, float(kept[url]['fetched_at'])) for url in sources if url in kept]
-    return '\n'.join(lines) + '\n'
+    out = Exposition()
+    out.family('llm_door_banned_addresses', 'gauge',
+               'Client addresses (or networks) that home banned, dropped at the door.', [({}, count)])
+    out.family('llm_door_bans_source_up', 'gauge', '1 when the last pull of a home\'s list of banned addresses worked.',
+               [({'source': url}, url not in failed) for url in sources])
+    out.family('llm_door_bans_source_last_success_timestamp_seconds', 'gauge', 'When a home\'s list was last pulled.',
+               [({'source': url}, round(float(kept[url]['fetched_at']), 3)) for url in sources if url in kept])
+    return out.text()
 
 
 def table_exists():

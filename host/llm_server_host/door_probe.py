@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import logging
 import socket
 import ssl
 import sys
 import time
 
+from llm_server_host import log as _log
 from llm_server_host.files import write_atomically
-from llm_server_host.textfile import label_value
+from llm_server_host.textfile import Exposition
+
+LOG = logging.getLogger('llm-door-probe')
 
 
 class DoorConnection(http.client.HTTPSConnection):
@@ -68,28 +72,27 @@ def probe(name, address, port, path, context, timeout):
             'duration': time.monotonic() - started, 'error': error}
 
 
+# (name, result key, decimals kept, help)
 FAMILIES = [
-    ('llm_tunnel_probe_success', 'success', '%d',
+    ('llm_tunnel_probe_success', 'success', 0,
      '1 when GET /healthz through the VPS door and the tunnel answered 200, else 0.'),
-    ('llm_tunnel_probe_duration_seconds', 'duration', '%.6f',
+    ('llm_tunnel_probe_duration_seconds', 'duration', 6,
      'Time of the last probe: connect, TLS, request and answer through the door and the tunnel.'),
-    ('llm_tunnel_probe_http_status', 'status', '%d',
+    ('llm_tunnel_probe_http_status', 'status', 0,
      'HTTP status of the last probe; 0 when no HTTP answer came (no connection, TLS failed).'),
-    ('llm_tunnel_probe_timestamp_seconds', 'timestamp', '%.3f',
+    ('llm_tunnel_probe_timestamp_seconds', 'timestamp', 3,
      'Unix time of the last probe; a value that stops moving means the probe no longer runs.'),
-    ('llm_tunnel_probe_interval_seconds', 'interval', '%d',
+    ('llm_tunnel_probe_interval_seconds', 'interval', 0,
      'Seconds between probes (the timer\'s period).'),
 ]
 
 
 def render(results):
-    lines = []
-    for name, key, fmt, help_text in FAMILIES:
-        lines.append('# HELP %s %s' % (name, help_text))
-        lines.append('# TYPE %s gauge' % name)
-        for server_name, result in sorted(results.items()):
-            lines.append('%s{server_name="%s"} %s' % (name, label_value(server_name), fmt % result[key]))
-    return '\n'.join(lines) + '\n'
+    out = Exposition()
+    for name, key, decimals, help_text in FAMILIES:
+        out.family(name, 'gauge', help_text, [({'server_name': server_name}, round(result[key], decimals))
+                                              for server_name, result in sorted(results.items())])
+    return out.text()
 
 
 def main(argv=None):
@@ -103,11 +106,11 @@ def main(argv=None):
     parser.add_argument('--timeout', type=float, default=10.0)
     parser.add_argument('--interval', type=int, default=0, help='the timer\'s period, written as a metric')
     args = parser.parse_args(argv)
-
+    _log.setup(LOG.name)
     try:
         context = ssl.create_default_context(cafile=args.ca_file or None)
     except (OSError, ssl.SSLError) as exc:
-        print('cannot read the CA bundle %s: %s' % (args.ca_file, exc), file=sys.stderr)
+        LOG.error('cannot read the CA bundle %s: %s', args.ca_file, exc)
         context = None
     results = {}
     for name in args.name:
@@ -117,13 +120,13 @@ def main(argv=None):
             result = probe(name, args.address, args.port, args.path, context, args.timeout)
         result.update(timestamp=time.time(), interval=args.interval)
         if result['error']:
-            print('%s via %s:%d: %s after %.3f s'
-                  % (name, args.address, args.port, result['error'], result['duration']), file=sys.stderr)
+            LOG.warning('%s via %s:%d: %s after %.3f s', name, args.address, args.port, result['error'],
+                        result['duration'])
         results[name] = result
     try:
         write_atomically(args.output, render(results))
     except OSError as exc:
-        print('cannot write %s: %s' % (args.output, exc), file=sys.stderr)
+        LOG.error('cannot write %s: %s', args.output, exc)
         return 1
     return 0
 

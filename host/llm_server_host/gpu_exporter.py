@@ -32,6 +32,8 @@ import sys
 import threading
 
 from llm_server_host import gpu_metrics as _gpu_metrics
+from llm_server_host import log as _log
+from llm_server_host import systemd as _systemd
 
 LOG = logging.getLogger('llm-gpu-exporter')
 
@@ -118,7 +120,7 @@ def main(argv=None):
         rc = _gpu_metrics.worker_main(event_wait_ms=args.event_wait_ms, skip=args.skip_gpus, probe=args.probe_gpu)
         sys.stdout.flush()
         os._exit(rc)  # the XID watcher may sit in nvmlEventSetWait
-    logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s', stream=sys.stderr)
+    _log.setup(LOG.name)
     try:
         from prometheus_client import CollectorRegistry, generate_latest, start_http_server
     except ImportError:
@@ -149,8 +151,10 @@ def main(argv=None):
         supervisor.close()
         return 2
     LOG.info('listening on %s:%d, NVML deadline %.3g s', args.listen_address, args.port, args.timeout)
+    _systemd.notify('READY=1', 'STATUS=listening on %s:%d' % (args.listen_address, args.port))
     while not stop.wait(3600):
         pass
+    _systemd.notify('STOPPING=1')
     server.shutdown()
     supervisor.close()
     return 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -32,14 +33,17 @@ import threading
 import time
 
 from llm_server_host import gpu_metrics as _gpu_metrics
+from llm_server_host import log as _log
+from llm_server_host import systemd as _systemd
 from llm_server_host import watchdog_daemon as _watchdog_daemon
 
 DEFAULT_CONFIG = '/etc/llm-server/watchdog.json'
+LOG = logging.getLogger('llm-gpu-watchdog')
 
 
 def log(message):
-    sys.stderr.write('llm-gpu-watchdog: %s\n' % message)
-    sys.stderr.flush()
+    """What the watchdog does and sees: the journal keeps it (warnings have their own level)."""
+    LOG.info(message)
 
 
 def this_program():
@@ -94,26 +98,36 @@ def run(config, once=False):
     try:
         watchdog.forget_metrics()
     except OSError as err:
-        log('old metrics not removed: %s' % err)
+        LOG.warning('old metrics not removed: %s', err)
     supervisor.start()
+    # Every round pings systemd's watchdog (WatchdogSec= in the unit): a
+    # round that never ends gets the daemon restarted.
+    _systemd.notify('READY=1', 'STATUS=watching')
     last_error = ''
+    rounds = 0
     try:
         while True:
             started = time.monotonic()
             snapshot = watchdog.tick()
+            rounds += 1
             error = snapshot.get('error') or ''
             if error != last_error:  # once per change, not every round
-                log('NVML: %s' % (error or 'every GPU read again'))
+                if error:
+                    LOG.warning('NVML: %s', error)
+                else:
+                    log('NVML: every GPU read again')
                 last_error = error
             try:
                 watchdog.write_metrics()
             except OSError as err:
-                log('metrics not written: %s' % err)
+                LOG.error('metrics not written: %s', err)
+            _systemd.notify('WATCHDOG=1', 'STATUS=round %d%s' % (rounds, ', NVML: %s' % error if error else ''))
             if once:
                 return 0 if snapshot.get('success') else 1
             if stop.wait(max(0.0, config['interval_s'] - (time.monotonic() - started))):
                 return 0
     finally:
+        _systemd.notify('STOPPING=1')
         supervisor.close()
 
 
@@ -133,6 +147,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ('--worker', '--set'):
         return internal(argv)
+    _log.setup(LOG.name)
     parser = argparse.ArgumentParser(description='Acts on GPU heat and XID errors through NVML and systemd.')
     parser.add_argument('--config', default=DEFAULT_CONFIG, help='the JSON configuration (default %(default)s)')
     parser.add_argument('command', nargs='?', default='run', choices=('run', 'once', 'check', 'status', 'release'))
@@ -141,7 +156,7 @@ def main(argv=None):
     try:
         config = read_config(args.config)
     except _watchdog_daemon.ConfigError as err:
-        log('configuration: %s' % err)
+        LOG.error('configuration: %s', err)
         return 2
     if args.command == 'check':
         print('configuration OK')
@@ -153,7 +168,7 @@ def main(argv=None):
         if _watchdog_daemon.request_release(config, args.gpu):
             log('%s released: limits restored and held engines started (see the journal)' % what)
             return 0
-        log('%s: the watchdog did not take the request in time: is llm-gpu-watchdog.service running?' % what)
+        LOG.error('%s: the watchdog did not take the request in time: is llm-gpu-watchdog.service running?', what)
         return 1
     return run(config, once=args.command == 'once')
 

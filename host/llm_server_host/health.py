@@ -86,7 +86,7 @@ from urllib.parse import urlsplit
 
 from llm_server_host import holds as _holds
 from llm_server_host.files import write_atomically
-from llm_server_host.textfile import label_value as _label_value
+from llm_server_host.textfile import Exposition
 
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
@@ -587,37 +587,26 @@ def metrics_path(metrics_dir, name):
     return os.path.join(metrics_dir, 'llm_engine_probe_%s.prom' % name)
 
 
-def _number_text(value):
-    """Whole numbers without a fraction (30, not 30.0), others as Python writes them."""
-    return '%d' % value if value == int(value) else repr(float(value))
-
-
 def render_metrics(config, success, timestamp, restarts, holders=None):
     """The exposition text of one tick: a HELP and a TYPE line and one sample per family.
 
     holders (the holder names, with hold_dir) adds llm_engine_held and one
     llm_engine_held_by sample per holder."""
-    inner = 'serving_instance="%s",unit="%s",model="%s"' % (
-        _label_value(config['name']), _label_value(config['unit']), _label_value(config['model']))
-    labels = '{%s}' % inner
+    labels = {'serving_instance': config['name'], 'unit': config['unit'], 'model': config['model']}
     values = {
         'llm_engine_probe_success': 1 if success else 0,
         'llm_engine_probe_timestamp_seconds': round(timestamp, 3),
         'llm_engine_probe_interval_seconds': config['interval'],
         'llm_engine_probe_restarts_total': restarts,
     }
-    lines = []
+    out = Exposition()
     for name, kind, help_text in METRIC_FAMILIES:
-        lines.append('# HELP %s %s' % (name, help_text))
-        lines.append('# TYPE %s %s' % (name, kind))
-        lines.append('%s%s %s' % (name, labels, _number_text(values[name])))
+        out.family(name, kind, help_text, [(labels, values[name])])
     if holders is not None:
         (held, held_kind, held_help), (by, by_kind, by_help) = HOLD_FAMILIES
-        lines += ['# HELP %s %s' % (held, held_help), '# TYPE %s %s' % (held, held_kind),
-                  '%s%s %d' % (held, labels, 1 if holders else 0),
-                  '# HELP %s %s' % (by, by_help), '# TYPE %s %s' % (by, by_kind)]
-        lines += ['%s{%s,holder="%s"} 1' % (by, inner, _label_value(holder)) for holder in sorted(set(holders))]
-    return '\n'.join(lines) + '\n'
+        out.family(held, held_kind, held_help, [(labels, 1 if holders else 0)])
+        out.family(by, by_kind, by_help, [(dict(labels, holder=holder), 1) for holder in sorted(set(holders))])
+    return out.text()
 
 
 def _write_metrics(config, state, code, holds):

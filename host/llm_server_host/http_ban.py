@@ -30,11 +30,16 @@ import contextlib
 import fcntl
 import ipaddress
 import json
+import logging
 import os
 import subprocess
 import sys
 
+from llm_server_host import log as _log
 from llm_server_host.files import write_atomically
+from llm_server_host.textfile import Exposition
+
+LOG = logging.getLogger('llm-http-ban')
 
 HEADER = (
     "# Client addresses banned by fail2ban (jail {jail}) through llm-http-ban.\n"
@@ -91,20 +96,15 @@ def read_state(path):
 
 
 def render_metrics(jail, bans_total, banned, applied):
-    label = '{jail="%s"}' % jail
-    return (
-        '# HELP llm_http_bans_total Client addresses banned at the HTTP layer (nginx) by fail2ban; '
-        'bans restored after a restart are not counted again.\n'
-        '# TYPE llm_http_bans_total counter\n'
-        'llm_http_bans_total%s %d\n'
-        '# HELP llm_http_banned_addresses Client addresses banned at the HTTP layer now.\n'
-        '# TYPE llm_http_banned_addresses gauge\n'
-        'llm_http_banned_addresses%s %d\n'
-        '# HELP llm_http_ban_applied 1 when nginx serves the current list of banned addresses, 0 when the '
-        'last change failed nginx -t or its reload.\n'
-        '# TYPE llm_http_ban_applied gauge\n'
-        'llm_http_ban_applied%s %d\n'
-    ) % (label, bans_total, label, len(banned), label, 1 if applied else 0)
+    jail_label = {'jail': jail}
+    out = Exposition()
+    out.family('llm_http_bans_total', 'counter', 'Client addresses banned at the HTTP layer (nginx) by fail2ban; '
+               'bans restored after a restart are not counted again.', [(jail_label, bans_total)])
+    out.family('llm_http_banned_addresses', 'gauge', 'Client addresses banned at the HTTP layer now.',
+               [(jail_label, len(banned))])
+    out.family('llm_http_ban_applied', 'gauge', '1 when nginx serves the current list of banned addresses, 0 when '
+               'the last change failed nginx -t or its reload.', [(jail_label, 1 if applied else 0)])
+    return out.text()
 
 
 def nginx_active():
@@ -125,14 +125,13 @@ def apply(args, banned):
             os.unlink(args.banned_file)
         else:
             write_atomically(args.banned_file, old)
-        sys.stderr.write('llm-http-ban: nginx -t refused the new list, kept the previous one: %s\n'
-                         % check.stderr.strip())
+        LOG.error('nginx -t refused the new list, kept the previous one: %s', check.stderr.strip())
         return False
     if nginx_active():
         reload = subprocess.run(['systemctl', 'reload', 'nginx.service'], capture_output=True, text=True,
                                 check=False)
         if reload.returncode != 0:
-            sys.stderr.write('llm-http-ban: reloading nginx failed: %s\n' % reload.stderr.strip())
+            LOG.error('reloading nginx failed: %s', reload.stderr.strip())
             return False
     return True
 
@@ -147,6 +146,7 @@ def main(argv=None):
     parser.add_argument('address', nargs='?')
     parser.add_argument('restored', nargs='?', default='0')
     args = parser.parse_args(argv)
+    _log.setup(LOG.name)
 
     address = None
     if args.command in ('ban', 'unban'):

@@ -27,13 +27,17 @@ Standard library only: this runs on the target with the system python3.
 
 import argparse
 import json
+import logging
 import os
 import re
 import subprocess
 import sys
 
 from llm_server_host import holds as _holds
+from llm_server_host import log as _log
 from llm_server_host.files import write_atomically
+
+LOG = logging.getLogger('llm-proxy-holds')
 
 NAME_RE = re.compile(r'^[A-Za-z0-9_.@-]+$')
 SUFFIX = '.conf'
@@ -83,7 +87,7 @@ def sync(config):
     """Writes the include files; returns the lines that say what changed."""
     holds, problems = _holds.read(config['hold_dir'])
     for problem in problems:
-        print('llm-proxy-holds: hold file left out: %s' % problem, file=sys.stderr)
+        LOG.warning('hold file left out: %s', problem)
     os.makedirs(config['engines_dir'], mode=0o755, exist_ok=True)
     changes = []
     for name, engine in sorted(config['engines'].items()):
@@ -126,18 +130,19 @@ def main(argv=None):
     run.add_argument('--config', required=True)
     run.add_argument('--no-reload', action='store_true')
     args = parser.parse_args(argv)
+    _log.setup(LOG.name)
     try:
         config = load_config(args.config)
         changes = sync(config)
     except (ConfigError, OSError) as exc:
-        print('llm-proxy-holds: %s' % exc, file=sys.stderr)
+        LOG.error('%s', exc)
         return 2
     for line in changes:
         print(line)
     if changes and not args.no_reload:
         why = reload_nginx(config)
         if why:
-            print('llm-proxy-holds: nginx was not reloaded: %s' % why, file=sys.stderr)
+            LOG.error('nginx was not reloaded: %s', why)
             return 1
     return 0
 

@@ -60,6 +60,9 @@ import sys
 import threading
 import time
 
+from llm_server_host import log as _log
+from llm_server_host import systemd as _systemd
+
 LOG = logging.getLogger('llm-proxy-metrics')
 
 DEFAULT_LOG = '/var/log/nginx/llm-access.log'
@@ -479,7 +482,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s', stream=sys.stderr)
+    _log.setup(LOG.name)
     try:
         from prometheus_client import CollectorRegistry, start_http_server
     except ImportError:
@@ -510,7 +513,9 @@ def main(argv=None):
     reader = threading.Thread(target=follower.run, args=(stop, args.poll_interval), name='reader', daemon=True)
     reader.start()
     LOG.info('listening on %s:%d, following %s', args.listen_address, args.port, args.log)
+    _systemd.notify('READY=1', 'STATUS=listening on %s:%d' % (args.listen_address, args.port))
     signal.sigwait(stop_signals)
+    _systemd.notify('STOPPING=1')
     stop.set()
     server.shutdown()
     reader.join(timeout=5)

@@ -30,15 +30,18 @@ Standard library only: this runs on the target with the system python3.
 import argparse
 import glob
 import json
+import logging
 import os
 import subprocess
 import sys
 import time
 
 from llm_server_host import holds as _holds
+from llm_server_host import log as _log
 
 DEFAULT_CONFIG = '/etc/llm-server/llm-server.json'
 HOLDER = 'owner'
+LOG = logging.getLogger('llm-server')
 COMMAND_TIMEOUT_S = 300
 
 
@@ -80,7 +83,7 @@ def active_states(config, units):
 
 def _warn(problems):
     for problem in problems:
-        print('llm-server: hold file left out: %s' % problem, file=sys.stderr)
+        LOG.warning('hold file left out: %s', problem)
 
 
 def status(config, engines, as_json):
@@ -116,7 +119,7 @@ def hold(config, engine, reason):
             engines[unit] = [{'reason': reason, 'since': time.time()}]
     rc, out = systemctl(config, 'stop', '--', unit)
     if rc != 0:
-        print('llm-server: %s is held, but systemctl stop answered %s: %s' % (unit, rc, out), file=sys.stderr)
+        LOG.error('%s is held, but systemctl stop answered %s: %s', unit, rc, out)
         return 1
     print('%s held by the owner (%s) and stopped; `llm-server release %s` starts it again'
           % (unit, engines[unit][0]['reason'], engine))
@@ -142,7 +145,7 @@ def release(config, engine):
         return 0
     rc, out = systemctl(config, 'start', '--', unit)
     if rc != 0:
-        print('llm-server: systemctl start %s answered %s: %s' % (unit, rc, out), file=sys.stderr)
+        LOG.error('systemctl start %s answered %s: %s', unit, rc, out)
         return 1
     print('%s released and started' % unit)
     return 0
@@ -155,8 +158,8 @@ def may_start(config, unit):
     _warn(problems)
     others = _holds.holders_of(holds, _holds.unit_of(unit))
     if others:
-        print('%s is held by %s: not started (it starts when the last holder releases it)'
-              % (unit, _holds.describe(others)), file=sys.stderr)
+        LOG.warning('%s is held by %s: not started (it starts when the last holder releases it)',
+                    unit, _holds.describe(others))
         return 1
     return 0
 
@@ -180,6 +183,7 @@ def _parser():
 
 def main(argv=None):
     args = _parser().parse_args(argv)
+    _log.setup(LOG.name)
     config = load_config(args.config)
     try:
         if args.command == 'status':
@@ -191,11 +195,8 @@ def main(argv=None):
         if args.command == 'release':
             return release(config, args.engine)
         return may_start(config, args.unit)
-    except _holds.HoldError as exc:
-        print('llm-server: %s' % exc, file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print('llm-server: %s' % exc, file=sys.stderr)
+    except (_holds.HoldError, OSError) as exc:
+        LOG.error('%s', exc)
         return 2
 
 

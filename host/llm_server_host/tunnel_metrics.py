@@ -22,11 +22,15 @@ an error), 1 when it is not.
 from __future__ import annotations
 
 import argparse
+import logging
 import subprocess
 import sys
 
+from llm_server_host import log as _log
 from llm_server_host.files import write_atomically
-from llm_server_host.textfile import label_value
+from llm_server_host.textfile import Exposition
+
+LOG = logging.getLogger('llm-tunnel-metrics')
 
 WG_TIMEOUT_S = 10
 
@@ -49,10 +53,10 @@ def wg_show(interface, what):
         result = subprocess.run(['wg', 'show', interface, what], capture_output=True, text=True,
                                 timeout=WG_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        print('wg show %s %s: %s' % (interface, what, exc), file=sys.stderr)
+        LOG.warning('wg show %s %s: %s', interface, what, exc)
         return None
     if result.returncode != 0:
-        print('wg show %s %s: %s' % (interface, what, result.stderr.strip()), file=sys.stderr)
+        LOG.warning('wg show %s %s: %s', interface, what, result.stderr.strip())
         return None
     return [line.split('\t') for line in result.stdout.splitlines() if line.strip()]
 
@@ -71,14 +75,6 @@ def read_tunnel(interface):
         if len(fields) == 3:
             peers.setdefault(fields[0], {}).update(rx=int(fields[1]), tx=int(fields[2]))
     return True, peers
-
-
-def labels(pairs):
-    return '{%s}' % ','.join('%s="%s"' % (key, label_value(value)) for key, value in pairs)
-
-
-def number(value):
-    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
 FAMILIES = [
@@ -111,14 +107,11 @@ def render(interface, up, seen, configured):
         if 'rx' in state:
             samples['llm_wireguard_peer_receive_bytes_total'].append((pairs, state['rx']))
             samples['llm_wireguard_peer_transmit_bytes_total'].append((pairs, state['tx']))
-    lines = []
+    out = Exposition()
     for name, kind, help_text in FAMILIES:
-        if not samples[name]:
-            continue
-        lines.append('# HELP %s %s' % (name, help_text))
-        lines.append('# TYPE %s %s' % (name, kind))
-        lines.extend('%s%s %s' % (name, labels(pairs), number(value)) for pairs, value in samples[name])
-    return '\n'.join(lines) + '\n'
+        if samples[name]:
+            out.family(name, kind, help_text, samples[name])
+    return out.text()
 
 
 def main(argv=None):
@@ -128,11 +121,12 @@ def main(argv=None):
     parser.add_argument('--peer', action='append', default=[], type=parse_peer,
                         help='NAME,PUBLIC_KEY,MAX_AGE_S of a peer the interface should have (repeatable)')
     args = parser.parse_args(argv)
+    _log.setup(LOG.name)
     up, seen = read_tunnel(args.interface)
     try:
         write_atomically(args.output, render(args.interface, up, seen, args.peer))
     except OSError as exc:
-        print('cannot write %s: %s' % (args.output, exc), file=sys.stderr)
+        LOG.error('cannot write %s: %s', args.output, exc)
         return 1
     return 0
 

@@ -64,7 +64,7 @@ import time
 
 from llm_server_host import holds as _holds
 from llm_server_host.files import write_atomically
-from llm_server_host.textfile import label_value as _label_value
+from llm_server_host.textfile import Exposition
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -669,35 +669,10 @@ def apply(config, log=_log):
 # ---------------------------------------------------------------- metrics
 
 
-def _labels(**labels):
-    return '{%s}' % ','.join('%s="%s"' % (key, _label_value(value)) for key, value in labels.items())
-
-
-def _number_text(value):
-    value = float(value)
-    return '%d' % value if value == int(value) and abs(value) < 1e15 else repr(value)
-
-
-class Exposition:
-    """Prometheus text format: one HELP and TYPE per family, its samples after."""
-
-    def __init__(self):
-        self.lines = []
-
-    def family(self, name, kind, help_text, samples):
-        self.lines.append('# HELP %s %s' % (name, help_text))
-        self.lines.append('# TYPE %s %s' % (name, kind))
-        for labels, value in samples:
-            self.lines.append('%s%s %s' % (name, labels, _number_text(value)))
-
-    def text(self):
-        return '\n'.join(self.lines) + '\n'
-
-
 def render_ups_metrics(config, values, data_timestamp, now):
     """llm_ups.prom: the UPS as upsd reports it (values None: it did not answer)."""
     ups = ups_label(config)
-    this = _labels(ups=ups)
+    this = dict(ups=ups)
     out = Exposition()
     out.family('llm_ups_up', 'gauge', 'Whether upsd answered for the UPS on the last tick (0: upsd down, driver '
                'not connected or data stale).', [(this, 1 if values is not None else 0)])
@@ -710,8 +685,8 @@ def render_ups_metrics(config, values, data_timestamp, now):
     if values is None:
         return out.text()
     flags = values.get('ups.status', '').split()
-    known = [(_labels(ups=ups, flag=flag), 1 if flag in flags else 0) for flag in STATUS_FLAGS]
-    extra = [(_labels(ups=ups, flag=flag), 1) for flag in sorted(set(flags) - set(STATUS_FLAGS))
+    known = [(dict(ups=ups, flag=flag), 1 if flag in flags else 0) for flag in STATUS_FLAGS]
+    extra = [(dict(ups=ups, flag=flag), 1) for flag in sorted(set(flags) - set(STATUS_FLAGS))
              if re.match(r'^[A-Za-z0-9_.-]{1,32}$', flag)]
     out.family('llm_ups_status', 'gauge', 'ups.status, one series per flag: 1 when set (OL on line, OB on '
                'battery, LB low battery, FSD forced shutdown, ...).', known + extra)
@@ -733,7 +708,7 @@ def render_ups_metrics(config, values, data_timestamp, now):
     info = {'ups': ups, 'mfr': values.get('device.mfr') or values.get('ups.mfr', ''),
             'model': values.get('device.model') or values.get('ups.model', ''),
             'driver': values.get('driver.name', '')}
-    out.family('llm_ups_info', 'gauge', 'The UPS: manufacturer, model and NUT driver.', [(_labels(**info), 1)])
+    out.family('llm_ups_info', 'gauge', 'The UPS: manufacturer, model and NUT driver.', [(dict(**info), 1)])
     return out.text()
 
 
@@ -743,14 +718,14 @@ def render_engines_metrics(state):
     out.family('llm_ups_engines_stopped', 'gauge', 'Engines stopped because the UPS ran on battery, not yet '
                'started again.', [('', len(state['stopped']))])
     out.family('llm_ups_engine_stopped', 'gauge', 'One series per engine the UPS stopped, until it is started '
-               'again.', [(_labels(serving_instance=unit[:-len('.service')], unit=unit), 1)
+               'again.', [(dict(serving_instance=unit[:-len('.service')], unit=unit), 1)
                           for unit in state['stopped']])
     out.family('llm_ups_requests_total', 'counter', 'Requests of upssched (on battery too long: stop; power '
-               'back: start) since boot.', [(_labels(request=a), state['requests'][a]) for a in ACTIONS])
+               'back: start) since boot.', [(dict(request=a), state['requests'][a]) for a in ACTIONS])
     out.family('llm_ups_actions_total', 'counter', 'Times engines were stopped or started for the UPS since boot.',
-               [(_labels(action=a), state['actions'][a]) for a in ACTIONS])
+               [(dict(action=a), state['actions'][a]) for a in ACTIONS])
     out.family('llm_ups_last_action_timestamp_seconds', 'gauge', 'Unix time of the last stop or start for the UPS.',
-               [(_labels(action=a), state['last_action'][a]) for a in ACTIONS if state['last_action'][a]])
+               [(dict(action=a), state['last_action'][a]) for a in ACTIONS if state['last_action'][a]])
     out.family('llm_ups_waiting_for_power', 'gauge', '1 while a start waits for the UPS to be on line and charged.',
                [('', 1 if state['waiting_for_power'] else 0)])
     if state['last_start_healthy'] is not None:

@@ -50,9 +50,9 @@ import tempfile
 import time
 
 from llm_server_host import holds as _holds
+from llm_server_host import textfile as _textfile
 from llm_server_host.collection import _watchdog
 from llm_server_host.files import write_atomically
-from llm_server_host.textfile import label_value as _escape
 
 METRICS_FILE = 'llm_gpu_watchdog.prom'
 
@@ -380,25 +380,13 @@ class Metrics(object):
             del self.gauges[key]
 
     def render(self):
-        lines = []
         merged = dict(self.gauges)
         merged.update(self.counters)
+        out = _textfile.Exposition()
         for name in sorted(set(key[0] for key in merged)):
             kind, text = self.HELP.get(name, ('gauge', name))
-            lines.append('# HELP %s %s' % (name, text))
-            lines.append('# TYPE %s %s' % (name, kind))
-            for key in sorted(key for key in merged if key[0] == name):
-                labels = ','.join('%s="%s"' % (label, _escape(value)) for label, value in key[1])
-                lines.append('%s%s %s' % (name, '{%s}' % labels if labels else '', _number(merged[key])))
-        return '\n'.join(lines) + '\n'
-
-
-def _number(value):
-    if isinstance(value, bool):
-        return '1' if value else '0'
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value) if isinstance(value, float) else str(value)
+            out.family(name, kind, text, [(key[1], merged[key]) for key in sorted(key for key in merged if key[0] == name)])
+        return out.text()
 
 
 class Watchdog(object):

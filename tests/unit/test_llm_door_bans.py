@@ -64,5 +64,5 @@ def test_each_home_counts_and_the_metrics_say_which_failed():
     assert 'llm_door_banned_addresses 1\n' in text
     assert 'llm_door_bans_source_up{source="http://a/b"} 1\n' in text
     assert 'llm_door_bans_source_up{source="http://c/b"} 0\n' in text
-    assert 'llm_door_bans_source_last_success_timestamp_seconds{source="http://a/b"} 2000.000\n' in text
+    assert 'llm_door_bans_source_last_success_timestamp_seconds{source="http://a/b"} 2000\n' in text
     assert 'source="http://c/b"} 2000' not in text
