@@ -13,8 +13,9 @@ container's loopback:
   proxy    the real nginx role (playbooks/proxy.yml) with nginx_backends
            [{name: zero, port: 18001}], one generated API key and
            nginx_tls_mode selfsigned, then again with nginx_tls_mode none;
-  client   llm-bench (plugins/module_utils/_loadbench.py, copied in and run
-           by the container's python3) and wrk (Debian's package).
+  client   llm-bench (plugins/module_utils/_loadbench*.py, copied in as a
+           package and run by the container's python3) and wrk (Debian's
+           package).
 
 Added latency: llm-bench at concurrency 1, not streamed and streamed, a
 bounded number of requests after a warm-up, (a) straight to the backend and
@@ -62,8 +63,9 @@ SERVER_NAME = 'front-door.bench.test'
 BACKEND_PORT = 18001
 BACKEND = 'http://127.0.0.1:%d' % BACKEND_PORT
 BACKEND_CONF = '/etc/nginx/conf.d/zz-bench-zero-backend.conf'
-# Paths inside the container.
-BENCH = '/root/llm-bench.py'
+# Paths inside the container. llm-bench's files import each other relatively: a package, run with -m.
+BENCH_PACKAGE = '/root/llm_bench'
+BENCH = ['env', 'PYTHONPATH=/root', 'python3', '-m', 'llm_bench._loadbench']
 KEY_FILE = '/root/bench-api-key'
 CA_FILE = '/etc/llm-server/tls/proxy.crt'
 WRK_SCRIPT = '/root/post.lua'
@@ -204,9 +206,18 @@ def start_backend():
     podman_exec(['python3', '-', BACKEND + '/health'], stdin=_PROBE)
 
 
+def copy_llm_bench():
+    """llm-bench's files (plugins/module_utils/_loadbench*.py) into the container as the package llm_bench."""
+    podman_exec(['mkdir', '-p', BENCH_PACKAGE])
+    write_in_container(BENCH_PACKAGE + '/__init__.py', '')
+    for path in sorted((ROOT / 'plugins' / 'module_utils').glob('_loadbench*.py')):
+        subprocess.run(['podman', 'cp', str(path), '%s:%s/%s' % (CONTAINER, BENCH_PACKAGE, path.name)],
+                       check=True, capture_output=True)
+
+
 def llm_bench(url, stream, concurrency, requests, warmup, processes=1, proxy=False):
     """llm-bench in the container; its results, after checking that every request succeeded."""
-    argv = ['python3', BENCH, '--url', url, '--model', MODEL, '--requests', str(requests),
+    argv = [*BENCH, '--url', url, '--model', MODEL, '--requests', str(requests),
             '--concurrency', str(concurrency), '--processes', str(processes), '--warmup', str(warmup),
             '--prompt-tokens', '16', '--max-tokens', '16', '--duration-limit', '60', '--timeout', '10',
             '--stream' if stream else '--no-stream', '--quiet', '--json', '-']
@@ -390,8 +401,7 @@ def main():
             bench_container(opts.image, os.environ.get('KEEP') == '1'):
         role_seconds['selfsigned'] = apply_proxy_role(workdir, api_key, 'selfsigned')
         start_backend()
-        subprocess.run(['podman', 'cp', str(ROOT / 'plugins/module_utils/_loadbench.py'), '%s:%s' % (CONTAINER, BENCH)],
-                       check=True, capture_output=True)
+        copy_llm_bench()
         write_in_container(KEY_FILE, api_key + '\n', '0600')
         podman_exec(['apt-get', 'install', '-y', '-qq', '--no-install-recommends', 'wrk'], timeout=300)
         podman_exec(['python3', '-', 'https://%s/healthz' % SERVER_NAME, CA_FILE], stdin=_PROBE)

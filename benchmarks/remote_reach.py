@@ -14,8 +14,8 @@ remote-vps (10.91.2.10) runs the door (nginx stream, SNI passthrough with the
 PROXY protocol) and the WireGuard end 10.77.0.1 (wireguard-go, MTU 1380,
 wireguard_mtu); remote-internet (10.91.2.20) is the client on the internet.
 
-Added latency: llm-bench (plugins/module_utils/_loadbench.py, copied into the
-containers and run by their python3), streamed, the same key, model, prompt
+Added latency: llm-bench (plugins/module_utils/_loadbench*.py, copied into the
+containers as a package and run by their python3), streamed, the same key, model, prompt
 (--prompt-tokens words) and engine delays (set on the engine through its
 POST /_control: --tokens tokens, --first-token-delay before the first,
 --inter-token-delay between the others), the pebble root
@@ -96,8 +96,9 @@ HOME, VPS, INTERNET = 'remote-home', 'remote-vps', 'remote-internet'
 MOLECULE_YML = ROOT / 'molecule' / SCENARIO / 'molecule.yml'
 REPORT = ROOT / 'build' / 'bench-reports' / 'remote-reach.json'
 MOLECULE_LOG = ROOT / 'build' / 'bench-reports' / 'remote-reach-molecule.log'
-# Paths inside the containers.
-BENCH = '/root/llm-bench.py'
+# Paths inside the containers. llm-bench's files import each other relatively: a package, run with -m.
+BENCH_PACKAGE = '/root/llm_bench'
+BENCH = ['env', 'PYTHONPATH=/root', 'python3', '-m', 'llm_bench._loadbench']
 KEY_FILE = '/root/bench-api-key'
 CA_FILE = '/root/bench-pebble-root.pem'
 ACCESS_LOG = '/var/log/nginx/llm-access.log'
@@ -360,8 +361,11 @@ def prepare_clients(settings, opts):
     if 'BEGIN CERTIFICATE' not in root:
         sys.exit('the test ACME server gave no root: %r' % root[:200])
     for container in (HOME, INTERNET):
-        subprocess.run(['podman', 'cp', str(ROOT / 'plugins/module_utils/_loadbench.py'),
-                        '%s:%s' % (container, BENCH)], check=True, capture_output=True)
+        container_exec(container, ['mkdir', '-p', BENCH_PACKAGE])
+        write_in(container, BENCH_PACKAGE + '/__init__.py', '')
+        for path in sorted((ROOT / 'plugins' / 'module_utils').glob('_loadbench*.py')):
+            subprocess.run(['podman', 'cp', str(path), '%s:%s/%s' % (container, BENCH_PACKAGE, path.name)],
+                           check=True, capture_output=True)
         write_in(container, KEY_FILE, settings['api_key'] + '\n', '0600')
         write_in(container, CA_FILE, root)
     container_exec(HOME, ['sh', '-c', 'grep -v "%s" /etc/hosts > /tmp/hosts.bench; cat /tmp/hosts.bench > /etc/hosts; '
@@ -397,7 +401,7 @@ def llm_bench(settings, where, concurrency, requests, opts):
     """llm-bench at home or on the internet host; its results, after checking the run took the expected path."""
     container, client_address = ((HOME, '127.0.0.1') if where == 'home'
                                  else (INTERNET, settings['internet_address']))
-    argv = ['python3', BENCH, '--url', 'https://%s' % settings['name'], '--model', settings['model'],
+    argv = [*BENCH, '--url', 'https://%s' % settings['name'], '--model', settings['model'],
             '--api-key-file', KEY_FILE, '--ca-file', CA_FILE, '--requests', str(requests),
             '--concurrency', str(concurrency), '--warmup', str(opts.warmup), '--stream',
             '--prompt-tokens', str(opts.prompt_tokens), '--max-tokens', str(opts.tokens),

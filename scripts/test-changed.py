@@ -55,7 +55,7 @@ REFERENCE = re.compile(r'%s\.(?P<name>[a-z_0-9]+)|\brole:\s*[\'"]?(?:%s\.)?(?P<r
                        r'(?:\.\./)+(?P<path>[A-Za-z0-9_./-]+)|(?P<playbook>playbooks/[a-z_0-9]+\.yml)'
                        % (re.escape(COLLECTION), re.escape(COLLECTION)))
 IMPORT = re.compile(r'^\s*(?:from|import)\s+(?:ansible_collections\.homelab\.llm_server\.plugins\.module_utils\.|'
-                    r'\.+module_utils\.|)(?P<name>_[a-z_0-9]+)', re.MULTILINE)
+                    r'\.+module_utils\.|\.|)(?P<name>_[a-z_0-9]+)', re.MULTILINE)
 MODULE_UTIL = re.compile(r'module_utils[./](?P<name>_[a-z_0-9]+)')
 PLUGIN_UTIL = re.compile(r'plugin_utils import (?P<name>_[a-z_0-9]+)')
 # The host programs' wheel: the host_wheel action builds it from host/, which

@@ -9,14 +9,14 @@ usage: llm-gpu-exporter [--listen-address ADDR] [--port PORT] [--timeout S]
 Serves /metrics (prometheus_client) on ADDR:PORT (default 127.0.0.1:9835).
 Every value gpu_facts also reports comes from the same code
 (the collection's module_utils/_nvml.py, which the wheel carries as
-llm_server_host.collection._nvml), and the metric logic lives in
-gpu_metrics.py.
+llm_server_host.collection._nvml): NVML is read in nvml_worker.py, within
+nvml_supervisor.py's deadline, and gpu_families.py makes the metric families.
 
 NVML is called only in a worker process (this module run with --worker): a
 scrape that NVML does not answer within --timeout seconds is answered with
 what was read and llm_gpu_exporter_scrape_success 0, the stuck worker is
 killed and replaced, and the GPU it hung on is left alone for --quarantine
-seconds so that the others are still read (see gpu_metrics.py). --once prints one scrape in
+seconds so that the others are still read (see nvml_supervisor.py). --once prints one scrape in
 the exposition format and exits (0 when the scrape succeeded, 1 when not).
 
 Needs nvidia-ml-py (module pynvml) and prometheus-client.
@@ -31,10 +31,17 @@ import signal
 import sys
 import threading
 
-from llm_server_host import gpu_metrics as _gpu_metrics
+from llm_server_host import gpu_families as _gpu_families
 from llm_server_host import log as _log
+from llm_server_host import nvml_supervisor as _nvml_supervisor
+from llm_server_host import nvml_worker as _nvml_worker
 from llm_server_host import systemd as _systemd
 
+DEFAULT_LISTEN_ADDRESS = '127.0.0.1'
+# The port of nvidia_gpu_exporter (utkuozdemir), the GPU exporter people run
+# on a box like this one: dashboards and firewall notes written for a GPU
+# exporter find this one there, and the two never run side by side.
+DEFAULT_PORT = 9835
 LOG = logging.getLogger('llm-gpu-exporter')
 
 
@@ -54,21 +61,21 @@ def positive(text):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description='NVIDIA GPU metrics for Prometheus, read through NVML.')
-    parser.add_argument('--listen-address', default=_gpu_metrics.DEFAULT_LISTEN_ADDRESS,
+    parser.add_argument('--listen-address', default=DEFAULT_LISTEN_ADDRESS,
                         help='address to listen on (default %(default)s: loopback only)')
-    parser.add_argument('--port', type=int, default=_gpu_metrics.DEFAULT_PORT,
+    parser.add_argument('--port', type=int, default=DEFAULT_PORT,
                         help='TCP port (default %(default)s, the port GPU exporters use)')
-    parser.add_argument('--timeout', type=positive, default=_gpu_metrics.DEFAULT_TIMEOUT_S,
+    parser.add_argument('--timeout', type=positive, default=_nvml_supervisor.DEFAULT_TIMEOUT_S,
                         help='seconds a scrape may wait for NVML (default %(default)s)')
-    parser.add_argument('--quarantine', type=positive, default=_gpu_metrics.DEFAULT_QUARANTINE_S,
+    parser.add_argument('--quarantine', type=positive, default=_nvml_supervisor.DEFAULT_QUARANTINE_S,
                         help='seconds a GPU on which NVML hung is left alone (default %(default)s)')
-    parser.add_argument('--startup-limit', type=positive, default=_gpu_metrics.STARTUP_LIMIT_S,
+    parser.add_argument('--startup-limit', type=positive, default=_nvml_supervisor.STARTUP_LIMIT_S,
                         help='seconds a worker may take to start, and a probe of a GPU left alone to read it '
                              '(nvmlInit is slow without persistence mode; default %(default)s)')
-    parser.add_argument('--event-wait-ms', type=int, default=_gpu_metrics.DEFAULT_EVENT_WAIT_MS,
+    parser.add_argument('--event-wait-ms', type=int, default=_nvml_worker.DEFAULT_EVENT_WAIT_MS,
                         help='timeout of each nvmlEventSetWait in the XID watcher (default %(default)s)')
     parser.add_argument('--preinitialised-xids', type=number_list,
-                        default=_gpu_metrics.PREINITIALISED_XIDS,
+                        default=_nvml_supervisor.PREINITIALISED_XIDS,
                         help='XIDs whose counters start at 0 on every GPU with XID events')
     parser.add_argument('--once', action='store_true', help='print one scrape and exit')
     parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
@@ -99,7 +106,7 @@ class GpuCollector(object):
             else:
                 LOG.info('scrape: all GPUs read again')
             self._last_error = error
-        for family in _gpu_metrics.build_families(snapshot):
+        for family in _gpu_families.build_families(snapshot):
             if family.kind == 'counter':
                 metric = CounterMetricFamily(family.name[:-len('_total')] if family.name.endswith('_total')
                                              else family.name, family.help, labels=family.labels)
@@ -117,7 +124,7 @@ def worker_command():
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.worker:
-        rc = _gpu_metrics.worker_main(event_wait_ms=args.event_wait_ms, skip=args.skip_gpus, probe=args.probe_gpu)
+        rc = _nvml_worker.worker_main(event_wait_ms=args.event_wait_ms, skip=args.skip_gpus, probe=args.probe_gpu)
         sys.stdout.flush()
         os._exit(rc)  # the XID watcher may sit in nvmlEventSetWait
     _log.setup(LOG.name)
@@ -127,9 +134,9 @@ def main(argv=None):
         LOG.error('the Python library prometheus-client is not installed')
         return 2
     command = worker_command() + ['--event-wait-ms', str(args.event_wait_ms)]
-    supervisor = _gpu_metrics.Supervisor(command, timeout=args.timeout, quarantine=args.quarantine,
-                                         startup_limit=args.startup_limit,
-                                         preinitialised_xids=args.preinitialised_xids, log=LOG.warning)
+    supervisor = _nvml_supervisor.Supervisor(command, timeout=args.timeout, quarantine=args.quarantine,
+                                             startup_limit=args.startup_limit,
+                                             preinitialised_xids=args.preinitialised_xids, log=LOG.warning)
     collector = GpuCollector(supervisor)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)

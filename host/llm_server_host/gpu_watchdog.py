@@ -16,9 +16,9 @@ The configuration is the JSON the gpu_watchdog role writes (default
 decisions live in the collection's module_utils/_watchdog.py (the wheel
 carries it as llm_server_host.collection._watchdog), the loop in
 watchdog_daemon.py; NVML is read by the GPU exporter's worker
-(gpu_metrics.py) in a child process, and each NVML setting is made by a
-child process of its own (this module with --set), so a GPU that hangs NVML
-cannot hang the watchdog.
+(nvml_worker.py, under nvml_supervisor.py's deadline) in a child process,
+and each NVML setting is made by a child process of its own (this module
+with --set), so a GPU that hangs NVML cannot hang the watchdog.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ import sys
 import threading
 import time
 
-from llm_server_host import gpu_metrics as _gpu_metrics
 from llm_server_host import log as _log
+from llm_server_host import nvml_supervisor as _nvml_supervisor
+from llm_server_host import nvml_worker as _nvml_worker
 from llm_server_host import systemd as _systemd
 from llm_server_host import watchdog_daemon as _watchdog_daemon
 
@@ -56,7 +57,7 @@ def internal(argv):
     parser.add_argument('--worker', action='store_true')
     parser.add_argument('--skip-gpus', default='')
     parser.add_argument('--probe-gpu', type=int, default=None)
-    parser.add_argument('--event-wait-ms', type=int, default=_gpu_metrics.DEFAULT_EVENT_WAIT_MS)
+    parser.add_argument('--event-wait-ms', type=int, default=_nvml_worker.DEFAULT_EVENT_WAIT_MS)
     parser.add_argument('--set', choices=_watchdog_daemon.SET_KINDS)
     parser.add_argument('--gpu', type=int)
     parser.add_argument('--uuid')
@@ -64,10 +65,10 @@ def internal(argv):
     args = parser.parse_args(argv)
     if args.worker:
         skip = tuple(int(part) for part in args.skip_gpus.split(',') if part.strip())
-        rc = _gpu_metrics.worker_main(event_wait_ms=args.event_wait_ms, skip=skip, probe=args.probe_gpu)
+        rc = _nvml_worker.worker_main(event_wait_ms=args.event_wait_ms, skip=skip, probe=args.probe_gpu)
         sys.stdout.flush()
         os._exit(rc)  # the XID watcher may sit in nvmlEventSetWait
-    return _watchdog_daemon.set_main(_gpu_metrics.pynvml, args.set, args.gpu, args.uuid, args.value)
+    return _watchdog_daemon.set_main(_nvml_worker.pynvml, args.set, args.gpu, args.uuid, args.value)
 
 
 def read_config(path):
@@ -80,8 +81,8 @@ def read_config(path):
 
 
 def make_watchdog(config):
-    supervisor = _gpu_metrics.Supervisor(this_program() + ['--worker'], timeout=config['nvml_timeout_s'],
-                                         quarantine=config['quarantine_s'], log=log)
+    supervisor = _nvml_supervisor.Supervisor(this_program() + ['--worker'], timeout=config['nvml_timeout_s'],
+                                             quarantine=config['quarantine_s'], log=log)
     actuator = _watchdog_daemon.Actuator(config, this_program())
     return supervisor, _watchdog_daemon.Watchdog(config, supervisor, actuator, log)
 

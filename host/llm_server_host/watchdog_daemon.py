@@ -7,7 +7,7 @@
 Private to this collection. gpu_watchdog.py (llm-gpu-watchdog) is the thin
 program around it.
 
-Reading: _gpu_metrics.Supervisor, the GPU exporter's own NVML worker, so
+Reading: nvml_supervisor.Supervisor, the GPU exporter's own NVML worker, so
 every read is bounded in time (a GPU on which NVML hangs is left alone for a
 while and the others are still read) and XID events arrive through NVML's
 event set. Where a GPU does not report XID events, the kernel log's

@@ -29,7 +29,7 @@ warning or critical, ``reason`` a sentence for the log and the alert,
 ``source`` where the verdict came from (SOURCES).
 
 1. The driver's verdict first. NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (drivers
-   570+; codes in _gpu_metrics.RECOVERY_ACTIONS, meanings from NVIDIA's
+   570+; codes in gpu_families.RECOVERY_ACTIONS, meanings from NVIDIA's
    "Error Recovery and Response Flags",
    https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html):
    see RECOVERY_ACTION_POLICY. ``none`` means the GPU needs no recovery: the
@@ -174,7 +174,7 @@ class XidAction(object):
 
 # --- XIDs: the driver's recovery action --------------------------------------
 
-# nvmlDeviceGpuRecoveryAction_t: the same codes as _gpu_metrics.RECOVERY_ACTIONS
+# nvmlDeviceGpuRecoveryAction_t: the same codes as gpu_families.RECOVERY_ACTIONS
 # (a unit test checks that they agree; this file does not import NVML code).
 RECOVERY_ACTIONS = {
     0: 'none', 1: 'gpu_reset', 2: 'node_reboot', 3: 'drain_p2p', 4: 'drain_and_reset',

@@ -26,9 +26,9 @@ description:
     or an answer with C(error)), C(connection_closed) and C(bad_response)."
   - O(thresholds) and O(baseline) turn the run into a gate; by default the task fails when one is missed, with
     the figures in the message, so a deployment can roll back.
-  - The same code is the command C(llm-bench) (C(plugins/module_utils/_loadbench.py) in the collection,
-    C(scripts/llm-bench) in a checkout), which prints a table, writes JSON and exits 1 when thresholds are
-    missed.
+  - The same code is the command C(llm-bench) (C(plugins/module_utils/_loadbench.py) and the C(_loadbench_*)
+    modules beside it in the collection, C(scripts/llm-bench) in a checkout), which prints a table, writes JSON
+    and exits 1 when thresholds are missed.
 options:
   url:
     description:

@@ -47,7 +47,7 @@ DASHBOARDS = sorted(glob.glob(os.path.join(REPO_ROOT, 'roles', 'monitoring', 'fi
 PROVISIONING = os.path.join(REPO_ROOT, 'roles', 'monitoring', 'files', 'grafana', 'provisioning')
 RULE_FILES = sorted(glob.glob(os.path.join(REPO_ROOT, 'roles', '*', 'files', 'prometheus', '*.rules.yml')))
 # The host programs that write the series (host/llm_server_host).
-GPU_METRICS = 'llm_server_host.gpu_metrics'
+GPU_FAMILIES = 'llm_server_host.gpu_families'
 LLM_HEALTH = 'llm_server_host.health'
 PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')
 needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),
@@ -273,7 +273,7 @@ class _AllFields(dict):
 def exporter_metric_names():
     """Every family llm-gpu-exporter can write: build_families of a snapshot with every field read."""
     import importlib
-    gpu_metrics = importlib.import_module(GPU_METRICS)
+    gpu_families = importlib.import_module(GPU_FAMILIES)
     facts = _AllFields(index=0, uuid='GPU-0', name='GPU', clocks=_AllFields(), throttle_reasons_mask=0xffff)
     snapshot = {
         'gpus': [{'facts': facts, 'extra': _AllFields(),
@@ -281,7 +281,7 @@ def exporter_metric_names():
         'xids': {0: {'counts': {79: 1}, 'uuid': 'GPU-0', 'name': 'GPU'}},
         'success': True,
     }
-    return {family.name for family in gpu_metrics.build_families(snapshot)}
+    return {family.name for family in gpu_families.build_families(snapshot)}
 
 
 def health_metric_names():

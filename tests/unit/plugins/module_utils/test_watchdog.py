@@ -21,7 +21,8 @@ import os
 import pytest
 
 from ansible_collections.homelab.llm_server.plugins.module_utils import _watchdog as wd
-from llm_server_host import gpu_metrics as _gpu_metrics
+from llm_server_host import gpu_families as _gpu_families
+from llm_server_host import nvml_supervisor as _nvml_supervisor
 
 RUNBOOK = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'docs', 'runbooks', 'gpu-watchdog.md')
 
@@ -49,7 +50,7 @@ EXPECTED = {
 def test_table_covers_the_runbook_rows():
     assert set(wd.XID_TABLE) == set(EXPECTED)
     # The exporter pre-creates a counter for each of these XIDs.
-    assert set(EXPECTED) <= set(_gpu_metrics.PREINITIALISED_XIDS)
+    assert set(EXPECTED) <= set(_nvml_supervisor.PREINITIALISED_XIDS)
 
 
 def runbook_xid_tables():
@@ -126,7 +127,7 @@ def test_unknown_xid_is_logged_only():
 
 
 def test_recovery_action_codes_match_the_exporter():
-    assert wd.RECOVERY_ACTIONS == _gpu_metrics.RECOVERY_ACTIONS
+    assert wd.RECOVERY_ACTIONS == _gpu_families.RECOVERY_ACTIONS
 
 
 @pytest.mark.parametrize('recovery, action', [

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """host/llm_server_host/watchdog_daemon.py: the watchdog's rounds, in process.
 
-The reads are snapshots as _gpu_metrics.Supervisor returns them and the
+The reads are snapshots as nvml_supervisor.Supervisor returns them and the
 actions are recorded instead of run: what is checked here is which action
 follows which reading, the holds, the budgets, dry run, the state files and
 the metrics. The same loop against the NVML double, systemd and real engines

@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""llm-bench (plugins/module_utils/_loadbench.py), its launcher and the llm_benchmark module.
+"""plugins/module_utils/_loadbench_client.py: llm-bench's requests, HTTP client and load shapes.
 
 Measurements run against the real test server (tests/openai_server/openai_test_server.py)
-started as a subprocess with known delays; the HTTP parser's corner cases run against a
-raw TCP server that sends canned bytes in small pieces; TLS against the test server
-wrapped in a self-signed certificate made with openssl.
+started as a subprocess with known delays (the server fixture, conftest.py); the HTTP
+parser's corner cases run against a raw TCP server that sends canned bytes in small
+pieces; TLS against the test server wrapped in a self-signed certificate made with openssl.
 """
 
 from __future__ import annotations
@@ -14,20 +14,21 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import shutil
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+from ansible_collections.homelab.llm_server.plugins.module_utils._loadbench_client import Payloads, Target, _schedule, normalise_settings, run_benchmark
+from ansible_collections.homelab.llm_server.plugins.module_utils._loadbench_stats import BenchError, evaluate
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 TEST_SERVER = os.path.join(REPO, 'tests', 'openai_server', 'openai_test_server.py')
-LAUNCHER = os.path.join(REPO, 'scripts', 'llm-bench')
 SECRET = 'sk-test-9f8e7d6c5b4a'
 
 
@@ -38,36 +39,7 @@ def _load(name, path):
     return module
 
 
-lb = _load('loadbench_under_test', os.path.join(REPO, 'plugins', 'module_utils', '_loadbench.py'))
 ots = _load('openai_test_server_for_loadbench', TEST_SERVER)
-
-
-@pytest.fixture
-def server(tmp_path):
-    """start(*args) -> base URL of a test server subprocess (--port 0)."""
-    procs = []
-
-    def start(*args):
-        log = open(tmp_path / ('server-%d.log' % len(procs)), 'w', encoding='utf-8')  # pylint: disable=consider-using-with
-        proc = subprocess.Popen([sys.executable, TEST_SERVER, '--port', '0', *args], stdout=subprocess.PIPE,
-                                stderr=log, text=True)
-        procs.append((proc, log))
-        line = proc.stdout.readline()
-        assert line.startswith('listening on '), line
-        return line.split()[-1]
-
-    yield start
-    for proc, log in procs:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
-
-
-def control(url, **changes):
-    request = urllib.request.Request(url + '/_control', data=json.dumps(changes).encode(), method='POST',
-                                     headers={'Content-Type': 'application/json'})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.load(response)
 
 
 def bench(url, **settings):
@@ -75,7 +47,7 @@ def bench(url, **settings):
     settings.setdefault('concurrency', 2)
     settings.setdefault('timeout_s', 20)
     settings.setdefault('duration_limit_s', 60)
-    return lb.run_benchmark(url, settings, settings.pop('api_key', None))
+    return run_benchmark(url, settings, settings.pop('api_key', None))
 
 
 # ---------------------------------------------------------------- measurements
@@ -125,7 +97,7 @@ def test_model_is_the_first_of_v1_models(server):
 
 # ---------------------------------------------------------------- errors by kind
 
-def test_http_errors_are_counted_by_status(server):
+def test_http_errors_are_counted_by_status(server, control):
     url = server('--fail-status', '500')
     results = bench(url, requests=5)
     assert results['errors_by_kind'] == {'http_500': 5}
@@ -143,7 +115,7 @@ def test_a_wrong_api_key_gives_401s_and_a_right_one_works(server, tmp_path):
     assert results['completed'] == 3 and results['settings']['api_key'] is True
 
 
-def test_a_stream_cut_mid_answer_is_a_stream_cut(server):
+def test_a_stream_cut_mid_answer_is_a_stream_cut(server, control):
     url = server('--tokens', '8', '--cut-stream-after', '3')
     results = bench(url, requests=4)
     assert results['errors_by_kind'] == {'stream_cut': 4}
@@ -159,7 +131,7 @@ def test_connection_refused_is_connect(server):
         port = sock.getsockname()[1]
     results = bench('http://127.0.0.1:%d' % port, requests=3, model='m')
     assert results['errors_by_kind'] == {'connect': 3}
-    with pytest.raises(lb.BenchError, match='cannot list the models'):
+    with pytest.raises(BenchError, match='cannot list the models'):
         bench('http://127.0.0.1:%d' % port, requests=1)
 
 
@@ -180,7 +152,7 @@ def test_the_duration_limit_abandons_requests_in_flight(server):
     assert results['unfinished'] == 3 and results['requests'] == 3
     assert results['errors'] == 0 and results['completed'] == 0
     assert 0.5 <= results['duration_s'] < 1.5
-    lb.evaluate(results)
+    evaluate(results)
     assert results['passed'] is False
     assert results['threshold_failures'] == ['no request completed (3 unfinished)']
 
@@ -207,20 +179,20 @@ def test_rate_mode_with_too_few_workers_starts_late(server):
 
 
 def test_poisson_arrivals_are_seeded_and_have_the_right_mean():
-    first = lb._schedule(4000, 50.0, 'poisson', lb.random.Random(7))  # pylint: disable=protected-access
-    again = lb._schedule(4000, 50.0, 'poisson', lb.random.Random(7))  # pylint: disable=protected-access
+    first = _schedule(4000, 50.0, 'poisson', random.Random(7))
+    again = _schedule(4000, 50.0, 'poisson', random.Random(7))
     assert first == again and first[0] == 0.0
     gaps = [b - a for a, b in zip(first, first[1:])]
     assert abs(sum(gaps) / len(gaps) - 0.02) < 0.002
     # Exponential gaps: about 63 % are shorter than the mean.
     assert 0.58 < sum(1 for gap in gaps if gap < 0.02) / len(gaps) < 0.68
-    assert lb._schedule(3, 10.0, 'constant', None) == [0.0, 0.1, 0.2]  # pylint: disable=protected-access
+    assert _schedule(3, 10.0, 'constant', None) == [0.0, 0.1, 0.2]
 
 
 def test_prompts_have_the_length_asked_and_differ_per_request():
-    target = lb.Target('http://127.0.0.1:9/v1')
-    settings = lb.normalise_settings({'prompt_tokens': 200, 'max_tokens': 7, 'seed': 3})
-    payloads = lb.Payloads(target, 'm', settings, api_key=SECRET)
+    target = Target('http://127.0.0.1:9/v1')
+    settings = normalise_settings({'prompt_tokens': 200, 'max_tokens': 7, 'seed': 3})
+    payloads = Payloads(target, 'm', settings, api_key=SECRET)
     requests = [payloads.next() for _index in range(50)]
     bodies = []
     for raw in requests:
@@ -234,7 +206,7 @@ def test_prompts_have_the_length_asked_and_differ_per_request():
     assert bodies[0]['max_tokens'] == 7 and bodies[0]['stream'] is True
     assert bodies[0]['stream_options'] == {'include_usage': True} and bodies[0]['temperature'] == 0
     # Seeded: the same seed gives the same prompts.
-    again = lb.Payloads(target, 'm', settings, api_key=SECRET)
+    again = Payloads(target, 'm', settings, api_key=SECRET)
     assert [again.next() for _index in range(50)] == requests
 
 
@@ -421,116 +393,13 @@ def test_tls_with_the_ca_file_without_it_and_insecure(tls_server):
     assert results['completed'] == 3 and results['output_tokens'] == 12
     assert results['settings']['model'] == 'tls-model' and results['settings']['tls_verify'] is True
     # Unknown issuer: a setup error while listing the models, a tls error per request with the model given.
-    with pytest.raises(lb.BenchError, match='CERTIFICATE_VERIFY_FAILED'):
+    with pytest.raises(BenchError, match='CERTIFICATE_VERIFY_FAILED'):
         bench(url, requests=1)
     assert bench(url, requests=2, model='tls-model')['errors_by_kind'] == {'tls': 2}
     assert bench(url, requests=2, insecure=True, stream=False)['completed'] == 2
 
 
-# ---------------------------------------------------------------- thresholds and baseline
-
-RESULTS = {'requests': 20, 'completed': 20, 'errors': 0, 'error_rate': 0.0, 'unfinished': 0,
-           'requests_per_s': 4.0, 'output_tokens_per_s': 31.2,
-           'ttft_ms': {'count': 20, 'p50': 400.0, 'p95': 812.4, 'p99': 900.0},
-           'e2e_ms': {'count': 20, 'p50': 1500.0, 'p95': 1900.0, 'p99': 2100.0},
-           'itl_ms': {'count': 0, 'p50': None, 'p95': None, 'p99': None}}
-
-
-def test_threshold_syntax_and_failure_lines():
-    assert lb.parse_thresholds({'ttft_ms.p95': 500, 'output_tokens_per_s': '>=50', 'error_rate': 0}) == [
-        ('ttft_ms.p95', '<=', 500.0), ('output_tokens_per_s', '>=', 50.0), ('error_rate', '<=', 0.0)]
-    assert lb.parse_thresholds(['e2e_ms.p99<=2000', 'requests_per_s=1', 'completed > 10']) == [
-        ('e2e_ms.p99', '<=', 2000.0), ('requests_per_s', '>=', 1.0), ('completed', '>', 10.0)]
-    failures = lb.check_thresholds(RESULTS, {'ttft_ms.p95': 500, 'e2e_ms.p99': '<2100', 'error_rate': 0,
-                                             'output_tokens_per_s': '>=50', 'requests_per_s': 1,
-                                             'itl_ms.p50': 100})
-    assert failures == ['ttft_ms.p95 812.4 ms > 500 ms', 'e2e_ms.p99 2100 ms >= 2100 ms',
-                        'output_tokens_per_s 31.20 tok/s < 50 tok/s',
-                        'itl_ms.p50 not measured (limit <= 100 ms): no streamed sample']
-    for bad, message in (({'ttft_ms.p42': 1}, 'unknown threshold'), ({'latency': 1}, 'unknown threshold'),
-                         ({'e2e_ms.p99': 'fast'}, 'must be a number'), ({'errors': True}, 'must be a number'),
-                         (['e2e_ms.p99'], 'is not KEY=VALUE')):
-        with pytest.raises(lb.BenchError, match=message):
-            lb.parse_thresholds(bad)
-
-
-def test_baseline_comparison():
-    baseline = dict(RESULTS, settings={'stream': True, 'concurrency': 4})
-    current = dict(RESULTS, requests_per_s=3.0, settings={'stream': True, 'concurrency': 8},
-                   ttft_ms={'count': 20, 'p50': 404.0, 'p95': 1000.0, 'p99': 950.0},
-                   e2e_ms={'count': 20, 'p50': 1000.0, 'p95': 1900.5, 'p99': 2100.0})
-    rows, failures, notes = lb.compare_baseline(current, baseline, 10)
-    verdicts = dict((row['metric'], row['verdict']) for row in rows)
-    assert verdicts == {'ttft_ms.p50': 'ok', 'ttft_ms.p95': 'regression', 'ttft_ms.p99': 'ok',
-                        'e2e_ms.p50': 'better', 'e2e_ms.p95': 'ok', 'e2e_ms.p99': 'ok',
-                        'requests_per_s': 'regression', 'output_tokens_per_s': 'ok'}
-    assert failures == ['ttft_ms.p95 1000 ms vs baseline 812.4 ms (+23.1 %, tolerance 10 %)',
-                        'requests_per_s 3 req/s vs baseline 4 req/s (-25.0 %, tolerance 10 %)']
-    assert notes == ['concurrency differs from the baseline: 4 there, 8 now']
-    # Under 1 ms is noise, whatever the percentage.
-    tiny = dict(RESULTS, itl_ms={'count': 9, 'p50': 0.1, 'p95': 0.2, 'p99': 0.3})
-    slower = dict(RESULTS, itl_ms={'count': 9, 'p50': 0.5, 'p95': 0.9, 'p99': 1.2})
-    assert lb.compare_baseline(slower, tiny, 10)[1] == []
-
-
-def test_cli_exit_codes_thresholds_and_baseline(server, tmp_path, capsys):
-    url = server('--tokens', '4', '--first-token-delay', '0.15')
-    first = tmp_path / 'first.json'
-    common = ['--url', url, '--requests', '4', '--concurrency', '2', '--max-tokens', '4']
-    assert lb.main(common + ['--threshold', 'ttft_ms.p95=1000', '--threshold', 'error_rate=0',
-                             '--json', str(first)]) == 0
-    out = capsys.readouterr().out
-    assert 'thresholds: all met' in out and 'ttft_ms' in out
-    saved = json.loads(first.read_text())
-    assert saved['passed'] is True and saved['completed'] == 4 and saved['thresholds']['ttft_ms.p95'] == '<=1000'
-
-    assert lb.main(common + ['--threshold', 'ttft_ms.p95<=20', '--quiet']) == 1
-    captured = capsys.readouterr()
-    assert captured.out == ''
-    assert 'FAILED: ttft_ms.p95' in captured.err and '> 20 ms (4 requests, 0 errors' in captured.err
-
-    # Four times slower to the first token: a regression.
-    control(url, first_token_delay=0.6)
-    slow = tmp_path / 'slow.json'
-    assert lb.main(common + ['--baseline', str(first), '--json', str(slow)]) == 1
-    captured = capsys.readouterr()
-    assert 'regression' in captured.out and 'ttft_ms.p50' in captured.err and 'vs baseline' in captured.err
-    assert json.loads(slow.read_text())['baseline']['failures']
-    # Fast again, against the slow run: better, and so no failure. Not streamed, so that only e2e
-    # and the rates are compared (a zero-delay ITL is scheduler noise on a loaded machine).
-    control(url, first_token_delay=0.15)
-    assert lb.main(common + ['--baseline', str(slow), '--no-stream']) == 0
-    out = capsys.readouterr().out
-    assert 'better' in out and 'note: stream differs from the baseline' in out
-
-    # Usage and setup errors: exit 2.
-    assert lb.main(common + ['--threshold', 'nonsense=1']) == 2
-    assert lb.main(common + ['--baseline', str(tmp_path / 'missing.json')]) == 2
-    assert lb.main(['--url', 'ftp://example.invalid']) == 2
-    assert lb.main(['--url', 'http://user:pw@127.0.0.1:9']) == 2
-    assert 'must not carry credentials' in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exc:
-        lb.main(['--requests', '3'])
-    assert exc.value.code == 2
-
-
-def test_the_api_key_is_never_printed_or_written(server, tmp_path, capsys, monkeypatch):
-    key_file = tmp_path / 'key'
-    key_file.write_text(SECRET)
-    url = server('--api-key-file', str(key_file))
-    out = tmp_path / 'out.json'
-    assert lb.main(['--url', url, '--requests', '3', '--api-key-file', str(key_file), '--json', str(out)]) == 0
-    monkeypatch.setenv(lb.API_KEY_ENV, SECRET)
-    assert lb.main(['--url', url, '--requests', '3', '--json', '-']) == 0
-    # A wrong key: the failure lines do not echo it either.
-    monkeypatch.setenv(lb.API_KEY_ENV, 'sk-wrong-1234567')
-    assert lb.main(['--url', url, '--model', 'test-model', '--requests', '2']) == 1
-    captured = capsys.readouterr()
-    text = captured.out + captured.err + out.read_text()
-    assert SECRET not in text and 'sk-wrong-1234567' not in text
-    assert json.loads(out.read_text())['settings']['api_key'] is True
-    assert 'http_401 2' in captured.err
-
+# ---------------------------------------------------------------- target and settings
 
 def test_url_normalisation():
     for url, expected in (('http://127.0.0.1:8000', 'http://127.0.0.1:8000/v1'),
@@ -539,19 +408,10 @@ def test_url_normalisation():
                           ('http://127.0.0.1:8000/v1/chat/completions', 'http://127.0.0.1:8000/v1'),
                           ('https://llm.example.org:443/api', 'https://llm.example.org/api/v1'),
                           ('http://[::1]:8080/v1', 'http://[::1]:8080/v1')):
-        assert lb.Target(url).url == expected
+        assert Target(url).url == expected
     for url in ('127.0.0.1:8000', 'ftp://h/', 'http://u:p@h/', 'http://h:99999/'):
-        with pytest.raises(lb.BenchError):
-            lb.Target(url)
-
-
-def test_percentiles_are_linear_interpolation():
-    assert lb.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert lb.percentile([1.0, 2.0, 3.0, 4.0], 95) == pytest.approx(3.85)
-    assert lb.percentile([7.0], 99) == 7.0
-    assert lb.stats([]) == {'count': 0, 'mean': None, 'min': None, 'p50': None, 'p95': None, 'p99': None,
-                            'max': None}
-    assert lb.stats(range(1, 101))['p99'] == pytest.approx(99.01)
+        with pytest.raises(BenchError):
+            Target(url)
 
 
 def test_settings_are_checked():
@@ -561,88 +421,5 @@ def test_settings_are_checked():
                               ({'arrival': 'burst'}, 'arrival must be poisson or constant'),
                               ({'processes': 4, 'concurrency': 2}, 'must not exceed concurrency'),
                               ({'timeout_s': 0}, 'timeout_s must be more than 0')):
-        with pytest.raises(lb.BenchError, match=message):
-            lb.normalise_settings(settings)
-
-
-# ---------------------------------------------------------------- launcher and processes
-
-def test_launcher_with_two_processes_merges_their_samples(server, tmp_path):
-    url = server('--tokens', '3', '--first-token-delay', '0.02')
-    out = tmp_path / 'out.json'
-    proc = subprocess.run([LAUNCHER, '--url', url, '--requests', '15', '--concurrency', '4',
-                           '--processes', '2', '--json', str(out)],
-                          capture_output=True, text=True, timeout=60, check=False,
-                          env=dict(os.environ, PYTHON=sys.executable))
-    assert proc.returncode == 0, proc.stderr
-    assert '2 process(es)' in proc.stdout
-    results = json.loads(out.read_text())
-    assert results['completed'] == 15 and results['output_tokens'] == 45
-    assert results['ttft_ms']['count'] == 15 and results['client']['processes'] == 2
-    # Prompts differ across processes too (distinct request tags), and the run took about 4 rounds.
-    assert 0.06 <= results['duration_s'] < 2
-    assert os.access(LAUNCHER, os.X_OK)
-
-
-# ---------------------------------------------------------------- the module
-
-def test_module_passes_writes_its_output_and_changes_nothing(module_runner, server, tmp_path):
-    url = server('--tokens', '4')
-    output = tmp_path / 'bench.json'
-    rc, result = module_runner('llm_benchmark', {'url': url, 'requests': 5, 'concurrency': 2,
-                                                 'thresholds': {'e2e_ms.p99': 5000, 'completed': 5},
-                                                 'output': str(output)})
-    assert rc == 0, result
-    assert result['changed'] is False and result['passed'] is True and result['threshold_failures'] == []
-    assert result['results']['completed'] == 5 and result['results']['output_tokens'] == 20
-    assert any(line.startswith('e2e_ms') for line in result['table'])
-    assert json.loads(output.read_text())['completed'] == 5
-    assert oct(output.stat().st_mode & 0o777) == '0o644'
-
-
-def test_module_fails_with_the_figures_when_thresholds_are_missed(module_runner, server, tmp_path):
-    url = server('--tokens', '4', '--first-token-delay', '0.05')
-    args = {'url': url, 'requests': 4, 'thresholds': {'ttft_ms.p95': 10, 'output_tokens_per_s': '>=1'}}
-    rc, result = module_runner('llm_benchmark', args)
-    assert rc == 1 and result['failed'] is True
-    assert result['msg'].startswith('Benchmark missed its thresholds: ttft_ms.p95 ')
-    assert '> 10 ms (4 requests, 0 errors, ' in result['msg'] and 'output tok/s)' in result['msg']
-    assert result['passed'] is False and result['results']['completed'] == 4
-    rc, result = module_runner('llm_benchmark', dict(args, fail_on_threshold=False))
-    assert rc == 0 and result['passed'] is False and len(result['threshold_failures']) == 1
-
-
-def test_module_in_check_mode_measures_but_writes_nothing(module_runner, server, tmp_path):
-    url = server()
-    output = tmp_path / 'bench.json'
-    rc, result = module_runner('llm_benchmark', {'url': url, 'requests': 2, 'output': str(output)},
-                               check_mode=True)
-    assert rc == 0, result
-    assert result['results']['completed'] == 2 and not output.exists()
-
-
-def test_module_baseline_regression_and_api_key(module_runner, server, tmp_path):
-    key_file = tmp_path / 'key'
-    key_file.write_text(SECRET)
-    url = server('--api-key-file', str(key_file), '--tokens', '3', '--first-token-delay', '0.03')
-    baseline = tmp_path / 'baseline.json'
-    rc, result = module_runner('llm_benchmark', {'url': url, 'requests': 4, 'api_key': SECRET,
-                                                 'output': str(baseline)})
-    assert rc == 0, result
-    assert SECRET not in json.dumps(result) and SECRET not in baseline.read_text()
-    control(url, first_token_delay=0.12)
-    rc, result = module_runner('llm_benchmark', {'url': url, 'requests': 4, 'api_key_file': str(key_file),
-                                                 'baseline': str(baseline)})
-    assert rc == 1
-    assert 'Benchmark regressed against the baseline: ' in result['msg'] and 'ttft_ms.p50' in result['msg']
-    assert result['baseline_failures'] and result['results']['baseline']['rows']
-
-
-def test_module_bad_input(module_runner, server, tmp_path):
-    url = server()
-    rc, result = module_runner('llm_benchmark', {'url': url, 'thresholds': {'ttft_ms.p42': 1}})
-    assert rc == 1 and 'unknown threshold' in result['msg']
-    rc, result = module_runner('llm_benchmark', {'url': url, 'api_key_file': str(tmp_path / 'nokey')})
-    assert rc == 1 and 'cannot read the API key file' in result['msg']
-    rc, result = module_runner('llm_benchmark', {'url': url, 'api_key': 'sk-some-key-0123', 'api_key_file': '/x'})
-    assert rc == 1 and 'mutually exclusive' in result['msg']
+        with pytest.raises(BenchError, match=message):
+            normalise_settings(settings)

@@ -1,15 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""host/llm_server_host/gpu_metrics.py, and the NVML double's calls it needs.
+"""host/llm_server_host/nvml_worker.py, and the NVML double's calls it needs.
 
-- The double's new calls (utilisation, ECC counts, remapped rows, PCIe
-  replays, field values, events, hang_ms) through the real pynvml, each with
-  its "not supported" answer; one process per scenario (see conftest.py).
+- The double's calls for the worker (utilisation, ECC counts, remapped rows,
+  PCIe replays, field values, events, hang_ms) through the real pynvml, each
+  with its "not supported" answer; one process per scenario (see conftest.py).
 - The worker's reading of a GPU gives gpu_facts' own record: the same
   _nvml.read_device, compared with what the gpu_facts module returns.
-- build_families on hand-made snapshots (in process, no NVML): names, base
-  units, series left out for missing fields.
+- Error names and why a field is missing (in process, no NVML).
+- capture_fixture.py keeps every answer the worker reads.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from llm_server_host import gpu_metrics as _gpu_metrics
-from llm_server_host.collection import _nvml
+from llm_server_host import nvml_worker as _nvml_worker
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 FIXTURES = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures')
 PARTIAL = 'dual_gpu_partial_support'
 
@@ -48,7 +46,7 @@ def run_python(env, code, timeout=60):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# --- the double's calls for the exporter -----------------------------------
+# --- the double's calls for the worker -------------------------------------
 
 DOUBLE_CALLS = r'''
 import json, time, pynvml as n
@@ -201,10 +199,10 @@ def test_double_hang_ms_makes_a_call_hang(nvml_env, tmp_path):
 
 READ_ALL = r'''
 import json, pynvml
-from llm_server_host import gpu_metrics as _gpu_metrics
+from llm_server_host import nvml_worker as _nvml_worker
 pynvml.nvmlInit()
-recorder = _gpu_metrics.install_recorder()
-out = [_gpu_metrics.read_gpu(pynvml.nvmlDeviceGetHandleByIndex(i), i, recorder)
+recorder = _nvml_worker.install_recorder()
+out = [_nvml_worker.read_gpu(pynvml.nvmlDeviceGetHandleByIndex(i), i, recorder)
        for i in range(pynvml.nvmlDeviceGetCount())]
 print(json.dumps(out))
 '''
@@ -235,118 +233,18 @@ def test_worker_tells_unsupported_from_failed(nvml_env, tmp_path):
         'remapped_rows': 'not_supported', 'recovery_action': 'not_supported'}
 
 
-# --- pure parts --------------------------------------------------------------
-
-def _gpu(index=0, **facts_changes):
-    facts = _nvml.blank_gpu('nvidia', index)
-    facts.update(uuid='GPU-%d' % index, name='Test GPU', pci_bus_id='0000:0%d:00.0' % (index + 1),
-                 architecture='blackwell', temperature_c=70, temperature_slowdown_c=95, temperature_shutdown_c=98,
-                 power_draw_w=412.5, power_limit_w=600.0, memory_total_bytes=1000, memory_used_bytes=400,
-                 memory_free_bytes=600, pcie_link_gen_current=5, pcie_link_gen_max=5, pcie_link_width_current=16,
-                 throttle_reasons_mask=0x404)
-    facts['clocks'].update(graphics_mhz=2617, memory_max_mhz=14001)
-    facts.update(facts_changes)
-    return {'facts': facts, 'extra': {'utilization_gpu_percent': 97, 'recovery_action': 1},
-            'unavailable': {'ecc_errors': 'not_supported', 'pcie_replays': 'gpu_is_lost'}}
-
-
-def _snapshot(**changes):
-    snapshot = {'success': True, 'error': None, 'duration': 0.0123, 'gpus': [_gpu(0)], 'lost': [],
-                'system': {'driver_version': '580.95.05'}, 'known_gpus': {0: {'index': 0, 'uuid': 'GPU-0',
-                                                                              'name': 'Test GPU'}},
-                'events': {0: None}, 'xids': {0: {'uuid': 'GPU-0', 'name': 'Test GPU', 'counts': {13: 0, 79: 2}}},
-                'timeouts': 0, 'restarts': 0, 'stuck_workers': 0}
-    snapshot.update(changes)
-    return snapshot
-
-
-def _samples(families):
-    out = {}
-    for family in families:
-        for values, value in family.samples:
-            out[(family.name,) + tuple(zip(family.labels, values))] = value
-    return out
-
-
-GPU0 = (('gpu', '0'), ('uuid', 'GPU-0'), ('name', 'Test GPU'))
-
-
-def test_build_families_base_units_and_labels():
-    families = _gpu_metrics.build_families(_snapshot())
-    samples = _samples(families)
-    assert all(f.name.startswith('llm_gpu_') for f in families)
-    assert all(f.name.endswith('_total') == (f.kind == 'counter') for f in families)
-    assert samples[('llm_gpu_temperature_celsius',) + GPU0] == 70
-    assert samples[('llm_gpu_power_draw_watts',) + GPU0] == 412.5
-    assert samples[('llm_gpu_utilization_ratio',) + GPU0] == 0.97
-    assert samples[('llm_gpu_clock_hertz',) + GPU0 + (('clock', 'graphics'),)] == 2617000000
-    assert samples[('llm_gpu_clock_max_hertz',) + GPU0 + (('clock', 'memory'),)] == 14001000000
-    assert samples[('llm_gpu_memory_used_bytes',) + GPU0] == 400
-    assert samples[('llm_gpu_recovery_action',) + GPU0] == 1
-    assert samples[('llm_gpu_throttle_reason',) + GPU0 + (('reason', 'sw_power_cap'),)] == 1
-    assert samples[('llm_gpu_throttle_reason',) + GPU0 + (('reason', 'gpu_idle'),)] == 0
-    assert samples[('llm_gpu_throttle_reason',) + GPU0 + (('reason', 'unknown_0x400'),)] == 1
-    assert samples[('llm_gpu_xid_errors_total',) + GPU0 + (('xid', '79'),)] == 2
-    assert samples[('llm_gpu_xid_errors_total',) + GPU0 + (('xid', '13'),)] == 0
-    assert samples[('llm_gpu_up',) + GPU0] == 1
-    assert samples[('llm_gpu_info',) + GPU0 + (('pci_bus_id', '0000:01:00.0'), ('architecture', 'blackwell'),
-                                               ('driver_version', '580.95.05'))] == 1
-    assert samples[('llm_gpu_exporter_scrape_success',)] == 1
-    assert samples[('llm_gpu_exporter_scrape_duration_seconds',)] == 0.0123
-
-
-def test_build_families_leaves_missing_fields_out():
-    samples = _samples(_gpu_metrics.build_families(_snapshot()))
-    names = {key[0] for key in samples}
-    # None in the record (power limit min/max, width max...) and unreadable extras: no series.
-    for name in ('llm_gpu_power_limit_min_watts', 'llm_gpu_pcie_link_width_max', 'llm_gpu_ecc_errors_total',
-                 'llm_gpu_pcie_replays_total', 'llm_gpu_remapped_rows', 'llm_gpu_memory_utilization_ratio'):
-        assert name not in names
-    assert samples[('llm_gpu_exporter_unsupported',) + GPU0 + (('field', 'ecc_errors'),)] == 1
-    read_error = ('llm_gpu_exporter_read_errors',) + GPU0 + (('field', 'pcie_replays'), ('error', 'gpu_is_lost'))
-    assert samples[read_error] == 1
-
-
-def test_build_families_gpus_not_read_are_down():
-    snapshot = _snapshot(success=False, gpus=[], known_gpus={0: {'index': 0, 'uuid': 'GPU-0', 'name': 'Test GPU'},
-                                                             1: {'index': 1, 'uuid': 'GPU-1', 'name': 'Other'}},
-                         lost=[{'index': 1, 'error': 'quarantined'}], events={0: None, 1: 'not_supported'})
-    samples = _samples(_gpu_metrics.build_families(snapshot))
-    assert samples[('llm_gpu_up',) + GPU0] == 0
-    gpu1 = (('gpu', '1'), ('uuid', 'GPU-1'), ('name', 'Other'))
-    assert samples[('llm_gpu_up',) + gpu1] == 0
-    assert samples[('llm_gpu_exporter_read_errors',) + gpu1 + (('field', 'device'), ('error', 'quarantined'))] == 1
-    assert samples[('llm_gpu_exporter_unsupported',) + gpu1 + (('field', 'xid_events'),)] == 1
-    assert samples[('llm_gpu_exporter_scrape_success',)] == 0
-    assert ('llm_gpu_temperature_celsius',) + GPU0 not in samples
-
+# --- errors ------------------------------------------------------------------
 
 def test_error_names_and_reasons():
-    assert _gpu_metrics.error_name(3) == 'not_supported'
-    assert _gpu_metrics.error_name(15) == 'gpu_is_lost'
-    assert _gpu_metrics.error_name(12345) == 'error_12345'
-    assert _gpu_metrics._reason({}, ('nvmlDeviceGetX',)) == 'not_supported'
-    assert _gpu_metrics._reason({'a': 'function_not_found', 'b': 'timeout'}, ('a', 'b')) == 'timeout'
-    assert _gpu_metrics._reason({'a': 'function_not_found'}, ('a', 'b')) == 'function_not_found'
+    assert _nvml_worker.error_name(3) == 'not_supported'
+    assert _nvml_worker.error_name(15) == 'gpu_is_lost'
+    assert _nvml_worker.error_name(12345) == 'error_12345'
+    assert _nvml_worker._reason({}, ('nvmlDeviceGetX',)) == 'not_supported'
+    assert _nvml_worker._reason({'a': 'function_not_found', 'b': 'timeout'}, ('a', 'b')) == 'timeout'
+    assert _nvml_worker._reason({'a': 'function_not_found'}, ('a', 'b')) == 'function_not_found'
 
 
-def test_supervisor_reports_a_worker_that_cannot_start(tmp_path):
-    """A worker command that fails at once: scrape_success 0 with its words, no exception, no wait."""
-    script = tmp_path / 'worker.py'
-    script.write_text('import sys\nsys.stdout.write(\'{"type": "fatal", "error": "no NVML here"}\\n\')\n')
-    supervisor = _gpu_metrics.Supervisor([sys.executable, str(script)], timeout=2, respawn_interval=60)
-    try:
-        supervisor.start()
-        start = time.monotonic()
-        first = supervisor.scrape()
-        second = supervisor.scrape()
-        assert time.monotonic() - start < 2
-    finally:
-        supervisor.close()
-    assert not first['success'] and first['error'] == 'no NVML here'
-    assert not second['success'] and second['error'] == 'no NVML here'
-    assert second['restarts'] == 0, 'a worker that failed is not restarted within respawn_interval'
-
+# --- capture_fixture.py keeps what the worker reads --------------------------
 
 # llm-gpu-exporter as the host runs it (nvml_env puts host/ on PYTHONPATH).
 ONCE = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
