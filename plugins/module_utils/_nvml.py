@@ -14,7 +14,12 @@ One NVML session per call: nvmlInit once, nvmlShutdown in a finally block.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import select
+import signal
+import time
 import traceback
 
 try:
@@ -374,3 +379,58 @@ def collect_nvidia():
         except Exception:
             pass
     return result
+
+
+# A call to a GPU that fell off the bus can sleep in the driver for good
+# (uninterruptible: not even SIGKILL ends it before the driver lets go).
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def collect_nvidia_within(timeout_s=DEFAULT_TIMEOUT_S):
+    """collect_nvidia() in a child process, abandoned after TIMEOUT_S seconds.
+
+    The caller (gpu_facts, so every play that reads the GPUs) never waits
+    longer than that for a hung GPU: past the deadline the child is killed
+    and left to the driver, and the result says so in 'error'. The host
+    programs give their NVML calls deadlines the same way
+    (llm_server_host.nvml_supervisor). Never raises.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: read, answer in JSON, exit without cleanup
+        os.close(read_end)
+        try:
+            payload = json.dumps(collect_nvidia()).encode('utf-8')
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write_end, view):]
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    deadline = time.monotonic() + timeout_s
+    chunks = []
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                break
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                os.waitpid(pid, 0)
+                try:
+                    return json.loads(b''.join(chunks).decode('utf-8'))
+                except ValueError:
+                    break  # the child died before it answered whole
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, os.WNOHANG)  # a child stuck in the driver stays a zombie until it lets go
+    except OSError:
+        pass
+    return {
+        'gpus': [], 'driver_version': None, 'nvml_version': None, 'cuda_driver_version': None, 'topology': [],
+        'error': 'NVML did not answer within %g s: a GPU may hang the driver (look for XID 79 in the kernel log); '
+                 'the read was abandoned' % timeout_s,
+    }

@@ -37,6 +37,13 @@ options:
       - Root of the sysfs tree scanned for AMD GPUs. Only tests need another value.
     type: path
     default: /sys
+  nvml_timeout:
+    description:
+      - Seconds NVML may take to read every NVIDIA GPU. NVML is read in a child process; past this the read is
+        abandoned (a GPU that fell off the bus can hang a call in the driver for good), no NVIDIA GPU is reported
+        and RV(ansible_facts.gpu_nvml_error) says so, so the play goes on to report it.
+    type: float
+    default: 60
 requirements:
   - nvidia-ml-py (module C(pynvml)) on the managed node, for NVIDIA GPUs.
   - The NVIDIA driver (C(libnvidia-ml.so.1) and a loaded kernel module), for NVIDIA GPUs.
@@ -333,10 +340,11 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.homelab.llm_server.plugins.module_utils._amd_sysfs import collect_amd
-from ansible_collections.homelab.llm_server.plugins.module_utils._nvml import HAS_PYNVML, bindings_version, collect_nvidia
+from ansible_collections.homelab.llm_server.plugins.module_utils._nvml import (
+    DEFAULT_TIMEOUT_S, HAS_PYNVML, bindings_version, collect_nvidia_within)
 
 
-def gather(vendors, sysfs_root):
+def gather(vendors, sysfs_root, nvml_timeout=DEFAULT_TIMEOUT_S):
     facts = {
         'gpus': [],
         'gpu_count': 0,
@@ -349,7 +357,7 @@ def gather(vendors, sysfs_root):
     }
     if 'nvidia' in vendors:
         if HAS_PYNVML:
-            nvidia = collect_nvidia()
+            nvidia = collect_nvidia_within(nvml_timeout)
             facts['gpus'].extend(nvidia['gpus'])
             facts['gpu_driver_version'] = nvidia['driver_version']
             facts['gpu_cuda_driver_version'] = nvidia['cuda_driver_version']
@@ -369,10 +377,13 @@ def main():
         argument_spec=dict(
             vendors=dict(type='list', elements='str', choices=['nvidia', 'amd'], default=['nvidia', 'amd']),
             sysfs_root=dict(type='path', default='/sys'),
+            nvml_timeout=dict(type='float', default=DEFAULT_TIMEOUT_S),
         ),
         supports_check_mode=True,
     )
-    facts = gather(module.params['vendors'], module.params['sysfs_root'])
+    if module.params['nvml_timeout'] <= 0:
+        module.fail_json(msg='nvml_timeout must be a positive number of seconds, not %s' % module.params['nvml_timeout'])
+    facts = gather(module.params['vendors'], module.params['sysfs_root'], module.params['nvml_timeout'])
     module.exit_json(changed=False, ansible_facts=facts, nvml_error=facts['gpu_nvml_error'])
 
 

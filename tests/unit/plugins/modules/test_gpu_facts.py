@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -83,6 +84,34 @@ def test_h100_fixture(run_gpu_facts):
     assert gpu['power_limit_w'] == 700.0
     assert facts['gpu_cuda_driver_version'] == '12.8'
     assert facts['gpu_topology'] == []
+
+
+def test_a_gpu_that_hangs_nvml_is_abandoned_at_the_deadline(run_gpu_facts, tmp_path):
+    # GPU 1 answers every call after 30 s, as a GPU that fell off the bus
+    # can: the module must come back at its deadline, the AMD GPUs still read.
+    with open(os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'target_dual_rtx_pro_6000.json')) as handle:
+        data = json.load(handle)
+    data['devices'][1]['hang_ms'] = {'*': 30000}
+    fixture = tmp_path / 'hung.json'
+    fixture.write_text(json.dumps(data))
+    started = time.monotonic()
+    rc, result, stderr = run_gpu_facts({'sysfs_root': RX7900XTX_TREE, 'nvml_timeout': 2}, fixture=str(fixture))
+    took = time.monotonic() - started
+    facts = _ok(rc, result, stderr)
+    assert took < 20, took
+    assert facts['gpu_nvml_error'].startswith('NVML did not answer within 2 s')
+    assert [gpu['vendor'] for gpu in facts['gpus']] == ['amd']
+    # The same fixture without the hang reads both GPUs within the deadline.
+    del data['devices'][1]['hang_ms']
+    fixture.write_text(json.dumps(data))
+    facts = _ok(*run_gpu_facts({'sysfs_root': EMPTY_SYSFS['sysfs_root'], 'nvml_timeout': 30}, fixture=str(fixture)))
+    assert facts['gpu_nvml_error'] is None and facts['gpu_count'] == 2
+
+
+def test_a_deadline_that_is_not_positive_fails(run_gpu_facts):
+    rc, result, _stderr = run_gpu_facts({'nvml_timeout': 0}, fixture='target_dual_rtx_pro_6000')
+    assert rc != 0 and result['failed']
+    assert result['msg'] == 'nvml_timeout must be a positive number of seconds, not 0.0'
 
 
 def test_init_failure(run_gpu_facts):
