@@ -14,7 +14,7 @@ import os
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _capacity
+from ansible_collections.homelab.llm_server.plugins.module_utils import _capacity, _capacity_tables
 
 DATA_DIR = os.path.join(os.path.dirname(__file__), '..', '..', 'data', 'planner')
 
@@ -32,8 +32,8 @@ class ActionModule(ActionBase):
         del tmp
         params = self.validate_argument_spec(argument_spec=_capacity.ARGUMENT_SPEC)[1]
         try:
-            outcome = _capacity.plan_from_params(params, tables=_capacity.load_tables(DATA_DIR))
-        except _capacity.CapacityError as exc:
+            outcome = _capacity.plan_from_params(params, tables=_capacity_tables.load_tables(DATA_DIR))
+        except _capacity_tables.CapacityError as exc:
             result.update(failed=True, changed=False, msg=str(exc))
             return result
         result.update(outcome)

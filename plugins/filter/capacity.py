@@ -9,7 +9,7 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _capacity
+from ansible_collections.homelab.llm_server.plugins.module_utils import _capacity, _capacity_tables, _capacity_training
 
 # data/planner at the collection root: the same relative place in a checkout and in an installed collection.
 DATA_DIR = os.path.join(os.path.dirname(__file__), '..', '..', 'data', 'planner')
@@ -17,8 +17,8 @@ DATA_DIR = os.path.join(os.path.dirname(__file__), '..', '..', 'data', 'planner'
 
 def _tables():
     try:
-        return _capacity.load_tables(DATA_DIR)
-    except _capacity.CapacityError as exc:
+        return _capacity_tables.load_tables(DATA_DIR)
+    except _capacity_tables.CapacityError as exc:
         raise AnsibleFilterError('capacity planner: %s' % exc)
 
 
@@ -49,13 +49,13 @@ def capacity_plan(gpus, model, tensor_parallel_size=None, pipeline_parallel_size
                               kv_cache_dtype=kv_cache_dtype, weight_bits=weight_bits, reserve_gib=reserve_gib,
                               max_num_seqs=max_num_seqs, min_concurrent_sequences=min_concurrent_sequences,
                               cpu_kv_cache_gib=cpu_kv_cache_gib, tables=_tables())
-    except _capacity.CapacityError as exc:
+    except _capacity_tables.CapacityError as exc:
         raise AnsibleFilterError('capacity_plan: %s' % exc)
 
 
 def capacity_model_errors(model):
     """Why ``model`` (a preset, a repo id or a dict) cannot be planned, as sentences; [] when it can."""
-    return _capacity.model_errors(model, _tables()['models'])
+    return _capacity_tables.model_errors(model, _tables()['models'])
 
 
 def capacity_report_lines(plan):
@@ -64,26 +64,26 @@ def capacity_report_lines(plan):
         plan = plan['plan']
     try:
         return _capacity.report_lines(plan)
-    except (_capacity.CapacityError, KeyError, TypeError) as exc:
+    except (_capacity_tables.CapacityError, KeyError, TypeError) as exc:
         raise AnsibleFilterError('capacity_report_lines: the input is not a capacity_plan result (%s)' % exc)
 
 
-def training_time(gpus, params, tokens=None, mfu=_capacity.DEFAULT_MFU, num_gpus=None, tokens_per_param=None):
+def training_time(gpus, params, tokens=None, mfu=_capacity_training.DEFAULT_MFU, num_gpus=None, tokens_per_param=None):
     """Time to train a model of ``params`` parameters (a number or a preset name) from scratch on ``gpus``."""
     try:
-        return _capacity.training_time(_gpu_list(gpus), params, tokens=tokens, mfu=mfu, num_gpus=num_gpus,
-                                       tokens_per_param=tokens_per_param, tables=_tables())
-    except _capacity.CapacityError as exc:
+        return _capacity_training.training_time(_gpu_list(gpus), params, tokens=tokens, mfu=mfu, num_gpus=num_gpus,
+                                                tokens_per_param=tokens_per_param, tables=_tables())
+    except _capacity_tables.CapacityError as exc:
         raise AnsibleFilterError('training_time: %s' % exc)
 
 
-def training_table_lines(gpus, sizes=None, mfu=_capacity.DEFAULT_MFU, num_gpus=None, tokens_per_param=None):
+def training_table_lines(gpus, sizes=None, mfu=_capacity_training.DEFAULT_MFU, num_gpus=None, tokens_per_param=None):
     """The "125M / 355M / 1.3B / 3B / 7B on one card" table as aligned lines."""
     try:
-        rows = _capacity.training_table(_gpu_list(gpus), sizes=sizes, mfu=mfu, num_gpus=num_gpus,
-                                        tokens_per_param=tokens_per_param, tables=_tables())
-        return _capacity.training_table_lines(rows)
-    except _capacity.CapacityError as exc:
+        rows = _capacity_training.training_table(_gpu_list(gpus), sizes=sizes, mfu=mfu, num_gpus=num_gpus,
+                                                 tokens_per_param=tokens_per_param, tables=_tables())
+        return _capacity_training.training_table_lines(rows)
+    except _capacity_tables.CapacityError as exc:
         raise AnsibleFilterError('training_table_lines: %s' % exc)
 
 

@@ -9,7 +9,7 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _capacity
+from ansible_collections.homelab.llm_server.plugins.module_utils import _capacity_memory, _capacity_tables
 
 DATA_DIR = os.path.join(os.path.dirname(__file__), '..', '..', 'data', 'planner')
 
@@ -19,10 +19,10 @@ def model_weight_bytes(model):
     if model in (None, '', {}):
         return 0
     try:
-        tables = _capacity.load_tables(DATA_DIR)
-        spec = _capacity.resolve_model(model, tables['models'])
-        return int(round(_capacity.weight_bytes(spec)))
-    except _capacity.CapacityError as exc:
+        tables = _capacity_tables.load_tables(DATA_DIR)
+        spec = _capacity_tables.resolve_model(model, tables['models'])
+        return int(round(_capacity_memory.weight_bytes(spec)))
+    except _capacity_tables.CapacityError as exc:
         raise AnsibleFilterError('model_weight_bytes: %s' % exc)
 
 

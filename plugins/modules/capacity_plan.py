@@ -289,8 +289,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.homelab.llm_server.plugins.module_utils._capacity import (
     ARGUMENT_SPEC,
-    CapacityError,
     plan_from_params,
+)
+from ansible_collections.homelab.llm_server.plugins.module_utils._capacity_tables import (
+    CapacityError,
 )
 
 

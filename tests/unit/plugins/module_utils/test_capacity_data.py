@@ -7,7 +7,6 @@ other, and the names NVML and amdgpu report map to the right GPU entry."""
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import os
 import re
@@ -15,21 +14,12 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.homelab.llm_server.plugins.module_utils import _amd_sysfs, _capacity_tables
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 DATA_DIR = os.path.join(REPO, 'data', 'planner')
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name + '_under_test',
-                                                  os.path.join(REPO, 'plugins', 'module_utils', name + '.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-capacity = _load('_capacity')
-amd_sysfs = _load('_amd_sysfs')
-TABLES = capacity.load_tables(DATA_DIR)
+TABLES = _capacity_tables.load_tables(DATA_DIR)
 with open(os.path.join(DATA_DIR, 'models.yml')) as _handle:
     RAW_MODELS = yaml.safe_load(_handle)['models']
 GIB = 2 ** 30
@@ -68,7 +58,7 @@ def test_every_model_figure_has_a_source(key):
     entry = TABLES['models'][key]
     source = entry['source']
     assert entry['hf_repo'].startswith('Qwen/')
-    assert capacity.weight_format(entry['weight_dtype']) == entry['weight_dtype']
+    assert _capacity_tables.weight_format(entry['weight_dtype']) == entry['weight_dtype']
     for field, value in entry.items():
         if not (_numeric(value) or isinstance(value, bool)):
             continue
@@ -96,12 +86,12 @@ def test_every_training_figure_has_a_source(key):
 
 @pytest.mark.parametrize('key', sorted(TABLES['models']))
 def test_model_card_counts_agree_with_the_config(key):
-    model = capacity.resolve_model(key, TABLES['models'])
+    model = _capacity_tables.resolve_model(key, TABLES['models'])
     # Non-embedding = total - vocab_size x hidden_size x (2 untied matrices): checks vocab, hidden and tying.
-    assert model['params_total'] - capacity.vocab_params(model) == pytest.approx(model['params_non_embedding'],
-                                                                                 rel=0.01)
+    assert model['params_total'] - _capacity_tables.vocab_params(model) == pytest.approx(model['params_non_embedding'],
+                                                                                         rel=0.01)
     # The architecture (attention, MLP or experts, embeddings) adds up to the published count.
-    total, active = capacity.estimate_params(model)
+    total, active = _capacity_tables.estimate_params(model)
     assert total == pytest.approx(model['params_total'], rel=0.01)
     assert active == pytest.approx(model['params_active'], rel=0.025)
     assert model['hidden_size'] % model['num_attention_heads'] == 0 or model['head_dim']
@@ -165,7 +155,7 @@ NAMES = [
 
 @pytest.mark.parametrize('name, memory, expected', NAMES)
 def test_reported_names_map_to_one_entry(name, memory, expected):
-    assert capacity.match_gpu(name, TABLES['gpus'], memory_bytes=memory) == expected
+    assert _capacity_tables.match_gpu(name, TABLES['gpus'], memory_bytes=memory) == expected
 
 
 def test_nvml_fixture_names_resolve():
@@ -176,24 +166,24 @@ def test_nvml_fixture_names_resolve():
                 names.add((device['name'], device['memory']['total']))
     assert names, 'the NVML fixtures name no device'
     for name, total in names:
-        gpus = capacity.resolve_gpus([{'vendor': 'nvidia', 'name': name, 'memory_total_bytes': total}],
-                                     TABLES['gpus'])
+        gpus = _capacity_tables.resolve_gpus([{'vendor': 'nvidia', 'name': name, 'memory_total_bytes': total}],
+                                             TABLES['gpus'])
         assert gpus[0]['memory_bytes'] == total
         # h200-sxm: the name and memory a real H200 (700 W, SXM) reported (real_h200_141gb.json).
         assert gpus[0]['key'] in ('rtx-pro-6000-blackwell', 'h100-sxm', 'h200-sxm'), name
 
 
 def test_amd_sysfs_record_resolves():
-    records = amd_sysfs.collect_amd(os.path.join(REPO, 'tests', 'sysfs', 'amd_rx7900xtx'))
-    gpus = capacity.resolve_gpus(records, TABLES['gpus'])
+    records = _amd_sysfs.collect_amd(os.path.join(REPO, 'tests', 'sysfs', 'amd_rx7900xtx'))
+    gpus = _capacity_tables.resolve_gpus(records, TABLES['gpus'])
     assert [gpu['key'] for gpu in gpus] == ['rx-7900-xtx']
     assert gpus[0]['memory_bytes'] == 25753026560
 
 
 def test_ambiguous_patterns_are_an_error():
     table = {'a': {'match': ['RTX'], 'memory_gib': 24}, 'b': {'match': ['4090'], 'memory_gib': 24}}
-    with pytest.raises(capacity.CapacityError, match='matches several entries'):
-        capacity.match_gpu('NVIDIA GeForce RTX 4090', table)
+    with pytest.raises(_capacity_tables.CapacityError, match='matches several entries'):
+        _capacity_tables.match_gpu('NVIDIA GeForce RTX 4090', table)
 
 
 def test_gpu_figures_tell_the_truth_about_sparsity():

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 
+from ansible_collections.homelab.llm_server.plugins.module_utils import _capacity, _capacity_tables
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 MODULE = os.path.join(REPO, 'plugins', 'modules', 'capacity_plan.py')
 GIB = 2 ** 30
@@ -162,16 +164,11 @@ def test_action_plugin_in_a_playbook_never_contacts_the_host(tmp_path):
 
 def test_gpu_facts_records_feed_the_planner(run_gpu_facts):
     # What gpu_facts reports for the target through the NVML double goes straight into the plan.
-    import importlib.util
-    spec = importlib.util.spec_from_file_location('_capacity_for_facts',
-                                                  os.path.join(REPO, 'plugins', 'module_utils', '_capacity.py'))
-    capacity = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(capacity)
     rc, facts, stderr = run_gpu_facts({'vendors': ['nvidia']}, fixture='target_dual_rtx_pro_6000')
     assert rc == 0, stderr
     gpus = facts['ansible_facts']['gpus']
-    result = capacity.plan(gpus, 'qwen2.5-72b-instruct',
-                           tables=capacity.load_tables(os.path.join(REPO, 'data', 'planner')))
+    result = _capacity.plan(gpus, 'qwen2.5-72b-instruct',
+                            tables=_capacity_tables.load_tables(os.path.join(REPO, 'data', 'planner')))
     assert result['gpus_used'] == [0, 1]
     assert result['memory_bytes_per_gpu'] == 102641336320
     assert result['fits'] is True and result['tensor_parallel_size'] == 2
