@@ -33,20 +33,3 @@ def notify(*fields, environ=None):
     except OSError:
         return False
     return True
-
-
-def watchdog_interval_s(environ=None, pid=None):
-    """How often to ping: half of the unit's WatchdogSec=, as sd_watchdog_enabled(3) advises.
-
-    None when no watchdog is set for this process (WATCHDOG_PID, when set,
-    names the process the pings are expected from).
-    """
-    env = os.environ if environ is None else environ
-    try:
-        usec = int(env.get('WATCHDOG_USEC', ''))
-    except ValueError:
-        return None
-    owner = env.get('WATCHDOG_PID')
-    if usec <= 0 or (owner and owner != str(os.getpid() if pid is None else pid)):
-        return None
-    return usec / 2e6

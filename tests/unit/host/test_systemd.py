@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import uuid
 
@@ -37,12 +36,3 @@ def test_outside_systemd_nothing_is_sent_and_nothing_fails(tmp_path):
     assert systemd.notify('READY=1', environ={}) is False
     # systemd gone (its socket removed): the daemon goes on.
     assert systemd.notify('READY=1', environ={'NOTIFY_SOCKET': str(tmp_path / 'gone')}) is False
-
-
-def test_the_ping_interval_is_half_the_units_watchdog_and_only_for_the_named_process():
-    assert systemd.watchdog_interval_s({'WATCHDOG_USEC': '60000000'}) == 30.0
-    assert systemd.watchdog_interval_s({'WATCHDOG_USEC': '60000000', 'WATCHDOG_PID': str(os.getpid())}) == 30.0
-    assert systemd.watchdog_interval_s({'WATCHDOG_USEC': '60000000', 'WATCHDOG_PID': '1'}, pid=2) is None
-    assert systemd.watchdog_interval_s({}) is None
-    assert systemd.watchdog_interval_s({'WATCHDOG_USEC': 'soon'}) is None
-    assert systemd.watchdog_interval_s({'WATCHDOG_USEC': '0'}) is None
