@@ -74,6 +74,7 @@ import errno
 import fcntl
 import http.client
 import json
+import logging
 import math
 import os
 import re
@@ -85,6 +86,7 @@ import time
 from urllib.parse import urlsplit
 
 from llm_server_host import holds as _holds
+from llm_server_host import log as _log
 from llm_server_host.files import write_atomically
 from llm_server_host.textfile import Exposition
 
@@ -797,21 +799,26 @@ def _parser():
     return parser
 
 
-def _emit(text, stream=None):
-    stream = stream or sys.stdout
-    stream.write(text + '\n')
-    stream.flush()
+LOG = logging.getLogger('llm-health')
+
+
+def _emit(text):
+    """A command's answer (check, wait) on standard output; what happened goes to LOG."""
+    sys.stdout.write(text + '\n')
+    sys.stdout.flush()
 
 
 def main(argv=None):
     args = _parser().parse_args(argv)
+    _log.setup(LOG.name)
     api_key = None
     try:
         if args.command == 'watch':
             config = load_watch_config(args.config)
             api_key = read_api_key(config['api_key_file'])
             code, line = watch_tick(config, api_key)
-            _emit(redact(line, api_key))
+            # A counted failure is a warning: `journalctl -p warning -u llm-health@UNIT` lists them.
+            LOG.log(logging.WARNING if code == EXIT_UNHEALTHY else logging.INFO, '%s', redact(line, api_key))
             return code
         url = normalize_url(args.url)
         api_key = read_api_key(args.api_key_file)
@@ -836,11 +843,11 @@ def main(argv=None):
             _emit('%s after %.1f s (%s): %s' % (verdict, elapsed, checks, result['reason']))
         return EXIT_HEALTHY if result['healthy'] else EXIT_UNHEALTHY
     except ConfigError as exc:
-        _emit('llm-health: %s' % redact(str(exc), api_key), sys.stderr)
+        LOG.error('%s', redact(str(exc), api_key))
         return EXIT_USAGE
     except OSError as exc:
         # The state directory or its files (the checks themselves catch their errors).
-        _emit('llm-health: %s' % redact(str(exc), api_key), sys.stderr)
+        LOG.error('%s', redact(str(exc), api_key))
         return EXIT_USAGE
 
 

@@ -55,6 +55,7 @@ import errno
 import fcntl
 import glob
 import json
+import logging
 import os
 import re
 import stat
@@ -63,6 +64,7 @@ import sys
 import time
 
 from llm_server_host import holds as _holds
+from llm_server_host import log as _logging
 from llm_server_host.files import write_atomically
 from llm_server_host.textfile import Exposition
 
@@ -115,10 +117,18 @@ class ConfigError(Exception):
     """A configuration or usage error: nothing was done, exit 2."""
 
 
-def _log(text, stream=None):
-    stream = stream or sys.stdout
-    stream.write(text + '\n')
-    stream.flush()
+LOG = logging.getLogger('llm-ups')
+
+
+def _log(text):
+    """What apply, gate and collect do, for the journal (their units' standard error)."""
+    LOG.info('%s', text)
+
+
+def _say(text):
+    """The answer of an owner's command (status, request) on standard output."""
+    sys.stdout.write(text + '\n')
+    sys.stdout.flush()
 
 
 def _one_line(text, limit=300):
@@ -315,7 +325,7 @@ def held_by_others(config, units):
     """{unit: [(holder, hold)]} of the units another holder (the GPU watchdog, the owner) holds."""
     holds, problems = _holds.read(config['hold_dir'])
     for problem in problems:
-        _log('hold file left out: %s' % problem)
+        LOG.warning('hold file left out: %s', problem)
     return {unit: pairs for unit in units for pairs in [_holds.holders_of(holds, unit, but=HOLDER)] if pairs}
 
 
@@ -786,7 +796,7 @@ def collect(config, log=_log, now=None):
     return EXIT_OK
 
 
-def status(config, log=_log):
+def status(config, log=_say):
     values, error = read_ups(config)
     if values is None:
         log('UPS %s: no data (%s)' % (config['ups'], error))
@@ -850,13 +860,14 @@ def _parser():
 
 def main(argv=None):
     args = _parser().parse_args(argv)
+    _logging.setup(LOG.name)
     try:
         config = load_config(args.config)
         if args.command == 'sched':
             return sched(config, args.event)
         if args.command == 'request':
             write_request(config['request_file'], args.action, 'by-hand')
-            _log('asked to %s the LLM engines' % args.action)
+            _say('asked to %s the LLM engines' % args.action)
             return EXIT_OK
         if args.command == 'apply':
             return apply(config)
@@ -867,10 +878,10 @@ def main(argv=None):
             return collect(config)
         return status(config)
     except ConfigError as exc:
-        _log('llm-ups: %s' % exc, sys.stderr)
+        LOG.error('%s', exc)
         return EXIT_USAGE
     except OSError as exc:
-        _log('llm-ups: %s' % exc, sys.stderr)
+        LOG.error('%s', exc)
         return EXIT_FAILED
 
 

@@ -308,8 +308,10 @@ def watch_env(tmp_path):
             self.config_path.write_text(json.dumps(config))
 
         def tick(self):
+            """(rc, what the tick logged without the program's prefix, its standard output)."""
             rc, out, err, _seconds = run_health('watch', '--config', self.config_path, env=env)
-            return rc, out, err
+            said = '\n'.join(line.split('llm-health: ', 1)[-1] for line in err.splitlines())
+            return rc, said, out
 
         def state(self):
             return json.loads((self.state_dir / 'engine-a.json').read_text())
@@ -441,9 +443,9 @@ def test_watch_does_not_judge_a_unit_that_is_not_active(watch_env, active):
 def test_watch_unknown_unit_is_a_configuration_error(watch_env):
     watch_env.configure('http://127.0.0.1:1')
     watch_env.unit(active='inactive', load='not-found')
-    rc, out, err = watch_env.tick()
+    rc, said, out = watch_env.tick()
     assert rc == 2 and out == ''
-    assert 'unit engine-a.service is not known to systemd' in err
+    assert 'unit engine-a.service is not known to systemd' in said
 
 
 def test_watch_without_systemd_checks_anyway(start_server, watch_env):
@@ -497,9 +499,9 @@ def test_watch_unreadable_state_starts_afresh(start_server, watch_env):
 
 def test_watch_bad_config_is_a_usage_error(watch_env):
     watch_env.configure('http://127.0.0.1:1', failures_before_restat=2)
-    rc, out, err = watch_env.tick()
+    rc, said, out = watch_env.tick()
     assert rc == 2 and out == ''
-    assert 'unknown key(s) failures_before_restat' in err
+    assert 'unknown key(s) failures_before_restat' in said
 
 
 # ------------------------------------------------------------------ metrics

@@ -492,13 +492,29 @@ def test_gate_without_a_ups_lets_the_engines_start(host):
 
 def test_gate_subcommand_runs_against_upsc(host):
     host.write_config()
-    # On the host _holds.py lies next to llm-ups.py; here the collection has it.
     proc = subprocess.run(LLM_UPS + ['--config', str(host.root / 'ups.json'), 'gate'],
                           capture_output=True, text=True, timeout=30, check=False,
                           env=dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, 'host')))
     assert proc.returncode == 0, proc.stderr
-    assert 'on line with the battery at 100%' in proc.stdout
+    # What the gate did is for the journal (standard error); nothing is an answer on standard output.
+    assert proc.stderr.startswith('llm-ups: the UPS is on line with the battery at 100%') and proc.stdout == ''
 
+
+def test_owner_commands_answer_on_stdout_and_errors_go_to_stderr(host):
+    host.write_config()
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, 'host'))
+
+    def llm_ups(*args, config=str(host.root / 'ups.json')):
+        return subprocess.run(LLM_UPS + ['--config', config, *args], capture_output=True, text=True, timeout=30,
+                              check=False, env=env)
+
+    proc = llm_ups('request', 'stop')
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, 'asked to stop the LLM engines\n', '')
+    proc = llm_ups('status')
+    assert proc.returncode == 0 and 'UPS ups@localhost: OL, battery 100%' in proc.stdout and proc.stderr == ''
+    proc = llm_ups('status', config=str(host.root / 'missing.json'))
+    assert proc.returncode == 2 and proc.stdout == ''
+    assert proc.stderr.startswith('llm-ups: ') and 'missing.json' in proc.stderr
 
 # ------------------------------------------------------------------ metrics
 
