@@ -26,14 +26,17 @@ import argparse
 import contextlib
 import ipaddress
 import json
+import logging
 import subprocess
 import sys
 import time
 import urllib.request
 
-from llm_server_host.files import write_atomically
+from llm_server_host import log as _log
+from llm_server_host.files import read_settings, write_atomically
 from llm_server_host.textfile import Exposition
 
+LOG = logging.getLogger('llm-door-bans')
 TABLE = 'llm_door_bans'
 NFT = '/usr/sbin/nft'
 
@@ -135,8 +138,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('config', help='the JSON file the role writes')
     args = parser.parse_args(argv)
-    with open(args.config) as handle:
-        config = json.load(handle)
+    _log.setup(LOG.name)
+    try:
+        config = read_settings(args.config)
+    except ValueError as exc:
+        LOG.error('%s', exc)
+        return 2
 
     sources = list(config['sources'])
     state = read_state(config['state'])
@@ -150,12 +157,14 @@ def main(argv=None):
     if ruleset != state.get('ruleset') or not table_exists():
         proc = subprocess.run([NFT, '-f', '-'], input=ruleset, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            sys.exit('nft refused the table: %s' % proc.stderr.strip())
+            LOG.error('nft refused the table: %s', proc.stderr.strip())
+            return 1
         applied = True
     write_atomically(config['state'], json.dumps({'ruleset': ruleset, 'sources': kept}), mode=0o600)
     write_atomically(config['metrics'], render_metrics(sources, kept, failed, len(v4) + len(v6)))
-    print(json.dumps({'applied': applied, 'addresses': len(v4) + len(v6), 'failed': failed}))
+    LOG.info('%s', json.dumps({'applied': applied, 'addresses': len(v4) + len(v6), 'failed': failed}))
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -37,6 +37,7 @@ from llm_server_host import nvml_supervisor as _nvml_supervisor
 from llm_server_host import nvml_worker as _nvml_worker
 from llm_server_host import systemd as _systemd
 from llm_server_host import watchdog_daemon as _watchdog_daemon
+from llm_server_host.files import read_settings
 
 DEFAULT_CONFIG = '/etc/llm-server/watchdog.json'
 LOG = logging.getLogger('llm-gpu-watchdog')
@@ -72,12 +73,7 @@ def internal(argv):
 
 
 def read_config(path):
-    try:
-        with open(path, encoding='utf-8') as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as err:
-        raise _watchdog_daemon.ConfigError('%s: %s' % (path, err)) from None
-    return _watchdog_daemon.load_config(data)
+    return _watchdog_daemon.load_config(read_settings(path, _watchdog_daemon.ConfigError))
 
 
 def make_watchdog(config):

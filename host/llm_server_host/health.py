@@ -87,7 +87,7 @@ from urllib.parse import urlsplit
 
 from llm_server_host import holds as _holds
 from llm_server_host import log as _log
-from llm_server_host.files import write_atomically
+from llm_server_host.files import read_settings, write_atomically
 from llm_server_host.textfile import Exposition
 
 EXIT_HEALTHY = 0
@@ -446,15 +446,7 @@ def parse_timespan(key, value):
 
 def load_watch_config(path):
     """The watch configuration with defaults filled in. Raises ConfigError."""
-    try:
-        with open(path, encoding='utf-8') as handle:
-            raw = json.load(handle)
-    except OSError as exc:
-        raise ConfigError('cannot read %s: %s' % (path, exc.strerror or exc))
-    except ValueError as exc:
-        raise ConfigError('%s is not valid JSON: %s' % (path, exc))
-    if not isinstance(raw, dict):
-        raise ConfigError('%s must hold a JSON object' % path)
+    raw = read_settings(path, ConfigError)
     unknown = sorted(set(raw) - set(WATCH_REQUIRED) - set(WATCH_DEFAULTS))
     if unknown:
         raise ConfigError('%s: unknown key(s) %s; known keys: %s' % (

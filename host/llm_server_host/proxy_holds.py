@@ -26,7 +26,6 @@ Standard library only: this runs on the target with the system python3.
 """
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -35,7 +34,7 @@ import sys
 
 from llm_server_host import holds as _holds
 from llm_server_host import log as _log
-from llm_server_host.files import write_atomically
+from llm_server_host.files import read_settings, write_atomically
 
 LOG = logging.getLogger('llm-proxy-holds')
 
@@ -49,13 +48,7 @@ class ConfigError(ValueError):
 
 
 def load_config(path):
-    try:
-        with open(path, encoding='utf-8') as handle:
-            config = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise ConfigError('cannot read %s: %s' % (path, exc)) from None
-    if not isinstance(config, dict):
-        raise ConfigError('%s must hold a JSON object' % path)
+    config = read_settings(path, ConfigError)
     for key in ('hold_dir', 'engines_dir'):
         if not isinstance(config.get(key), str) or not config[key].startswith('/'):
             raise ConfigError('%s must be an absolute path, not %r' % (key, config.get(key)))

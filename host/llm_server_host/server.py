@@ -38,6 +38,7 @@ import time
 
 from llm_server_host import holds as _holds
 from llm_server_host import log as _log
+from llm_server_host.files import read_settings
 
 DEFAULT_CONFIG = '/etc/llm-server/llm-server.json'
 HOLDER = 'owner'
@@ -47,12 +48,9 @@ COMMAND_TIMEOUT_S = 300
 
 def load_config(path):
     try:
-        with open(path, encoding='utf-8') as handle:
-            config = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise SystemExit('llm-server: cannot read %s: %s' % (path, exc)) from None
-    if not isinstance(config, dict):
-        raise SystemExit('llm-server: %s must hold a JSON object' % path)
+        config = read_settings(path)
+    except ValueError as exc:
+        raise SystemExit('llm-server: %s' % exc) from None
     missing = [key for key in ('hold_dir', 'registry_dir') if not isinstance(config.get(key), str)]
     if missing:
         raise SystemExit('llm-server: %s lacks %s' % (path, ', '.join(missing)))

@@ -65,7 +65,7 @@ import time
 
 from llm_server_host import holds as _holds
 from llm_server_host import log as _logging
-from llm_server_host.files import write_atomically
+from llm_server_host.files import read_settings, write_atomically
 from llm_server_host.textfile import Exposition
 
 EXIT_OK = 0
@@ -141,15 +141,7 @@ def _one_line(text, limit=300):
 
 def load_config(path):
     """The settings in path (a JSON object) over CONFIG_DEFAULTS. Raises ConfigError."""
-    try:
-        with open(path, encoding='utf-8') as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise ConfigError('cannot read %s: %s' % (path, exc.strerror or exc))
-    except ValueError as exc:
-        raise ConfigError('%s is not JSON: %s' % (path, exc))
-    if not isinstance(data, dict):
-        raise ConfigError('%s must hold a JSON object' % path)
+    data = read_settings(path, ConfigError)
     unknown = sorted(set(data) - set(CONFIG_DEFAULTS))
     if unknown:
         raise ConfigError('%s: unknown keys %s' % (path, ', '.join(unknown)))

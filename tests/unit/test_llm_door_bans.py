@@ -66,3 +66,9 @@ def test_each_home_counts_and_the_metrics_say_which_failed():
     assert 'llm_door_bans_source_up{source="http://c/b"} 0\n' in text
     assert 'llm_door_bans_source_last_success_timestamp_seconds{source="http://a/b"} 2000\n' in text
     assert 'source="http://c/b"} 2000' not in text
+
+
+def test_settings_that_cannot_be_read_are_an_error_in_the_journal(tmp_path, capsys):
+    assert bans.main([str(tmp_path / 'missing.json')]) == 2
+    out, err = capsys.readouterr()
+    assert out == '' and err.startswith('llm-door-bans: cannot read %s' % (tmp_path / 'missing.json'))

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""host/llm_server_host/files.py: the one writer every host program replaces its files with."""
+"""host/llm_server_host/files.py: the one reader of settings and the one writer every host program replaces its files with."""
 
 from __future__ import annotations
 
@@ -47,3 +47,26 @@ def test_the_temporary_file_is_never_one_node_exporter_reads(tmp_path, monkeypat
     monkeypatch.setattr(files.os, 'replace', watch)
     files.write_atomically(str(tmp_path / 'llm_ups.prom'), 'x 1\n')
     assert len(seen) == 1 and seen[0].startswith('.llm_ups.prom.') and seen[0].endswith('.tmp')
+
+
+@pytest.mark.parametrize('content, message', [
+    (None, 'cannot read {path}: No such file or directory'),
+    ('{"a": ', '{path} is not JSON: Expecting value'),
+    ('[1, 2]', '{path} must hold a JSON object'),
+])
+def test_read_settings_says_why_a_file_is_not_settings(tmp_path, content, message):
+    class SettingsError(Exception):
+        pass
+
+    path = tmp_path / 'settings.json'
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SettingsError) as raised:
+        files.read_settings(str(path), SettingsError)
+    assert str(raised.value).startswith(message.format(path=path))
+
+
+def test_read_settings_returns_the_object(tmp_path):
+    path = tmp_path / 'settings.json'
+    path.write_text('{"hold_dir": "/run/llm-server/holds", "engines": []}')
+    assert files.read_settings(str(path)) == {'hold_dir': '/run/llm-server/holds', 'engines': []}
