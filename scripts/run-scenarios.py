@@ -98,14 +98,30 @@ def platforms_of(name: str) -> list[str]:
     return [platform["name"] for platform in config.get("platforms", [])]
 
 
+def shared_group_vars(name: str) -> str:
+    """The shared configuration's variables (.config/molecule/config.yml) of the
+    inventory groups the scenario's hosts are in, as text; 'all' is left out, as
+    every scenario has it."""
+    def load(path: Path) -> dict:
+        return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+    base = load(ROOT / ".config" / "molecule" / "config.yml")
+    group_vars = base.get("provisioner", {}).get("inventory", {}).get("group_vars", {})
+    config = load(ROOT / "molecule" / name / "molecule.yml")
+    groups = {group for platform in config.get("platforms", []) for group in platform.get("groups", [])}
+    return yaml.safe_dump({group: group_vars[group] for group in sorted(groups) if group in group_vars})
+
+
 def needs(name: str) -> set[str]:
     """The INPUTS groups a scenario reads: the words of each group found in its
-    files, or in the files they include from another scenario
-    (../bad_input/bad_case.yml), followed."""
+    files, in the files they include from another scenario
+    (../bad_input/bad_case.yml), followed, and in the shared variables of its
+    hosts' groups (the llama.cpp engine of llamacpp_servers)."""
     molecule = ROOT / "molecule"
     todo = [p for p in sorted((molecule / name).rglob("*")) if p.is_file()]
     seen: set[Path] = set()
-    found: set[str] = set()
+    shared = shared_group_vars(name)
+    found: set[str] = {group for group, words in INPUTS.items() if any(word in shared for word in words)}
     while todo:
         path = todo.pop()
         if path in seen or not path.is_file():

@@ -139,11 +139,19 @@ def test_a_scenario_needs_the_inputs_its_files_and_their_includes_name(tmp_path,
     (molecule / "shared" / "case.yml").write_text("dest: /srv/wheels  # LLM_SERVER_VLLM_WHEELS\n")
     (molecule / "shared" / "molecule.yml").write_text("volumes: [build/llamacpp]\n")
     (molecule / "engine").mkdir()
-    (molecule / "engine" / "molecule.yml").write_text("volumes: [${LLM_SERVER_VLLM_VENV}, build/models/tiny-chat.gguf]\n")
+    (molecule / "engine" / "molecule.yml").write_text("volumes: [\"${LLM_SERVER_VLLM_VENV}\", build/models/tiny-chat.gguf]\n")
+    # A host in a group whose variables the shared configuration holds reads them; 'all' does not count.
+    (molecule / "grouped").mkdir()
+    (molecule / "grouped" / "molecule.yml").write_text("platforms: [{name: a, groups: [servers]}]\n")
+    (tmp_path / ".config" / "molecule").mkdir(parents=True)
+    (tmp_path / ".config" / "molecule" / "config.yml").write_text(
+        "provisioner:\n  inventory:\n    group_vars:\n      all: {wheelhouse: build/wheels}\n"
+        "      servers: {llamacpp_archive: x}\n      others: {model: build/models/qwen}\n")
     monkeypatch.setattr(run_scenarios, "ROOT", tmp_path)
     assert run_scenarios.needs("plain") == {"wheels"}
     assert run_scenarios.needs("shared") == {"wheels", "llamacpp"}
     assert run_scenarios.needs("engine") == {"vllm", "llamacpp"}
+    assert run_scenarios.needs("grouped") == {"llamacpp"}
 
 
 def test_the_scenarios_that_need_no_build_are_known_and_first_day_waits_for_vllm():
