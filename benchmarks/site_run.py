@@ -54,7 +54,10 @@ def noop_run(root, extra, env):
     report = json.loads(out[out.index('{'):])
     changed = sum(s['changed'] for s in report['stats'].values())
     if changed:
-        sys.exit('site.yml re-run from %s changed %d task(s): not idempotent' % (root, changed))
+        tasks = ['%s: %s' % (host, task['task']['name']) for play in report['plays'] for task in play['tasks']
+                 for host, result in task['hosts'].items() if result.get('changed')]
+        sys.exit('site.yml re-run from %s changed %d task(s): not idempotent:\n  %s'
+                 % (root, changed, '\n  '.join(tasks)))
     return elapsed, report
 
 
