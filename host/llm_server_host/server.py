@@ -28,16 +28,15 @@ Standard library only: this runs on the target with the system python3.
 """
 
 import argparse
-import glob
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
 
 from llm_server_host import holds as _holds
 from llm_server_host import log as _log
+from llm_server_host.collection import _registry
 from llm_server_host.files import read_settings
 
 DEFAULT_CONFIG = '/etc/llm-server/llm-server.json'
@@ -60,8 +59,7 @@ def load_config(path):
 
 def registered(config):
     """The units of the engines in the registry, by name."""
-    return [os.path.basename(path)[:-len('.json')] + '.service'
-            for path in sorted(glob.glob(os.path.join(config['registry_dir'], '*.json')))]
+    return [name + '.service' for name in _registry.names(config['registry_dir'])]
 
 
 def systemctl(config, *args):
@@ -88,6 +86,11 @@ def status(config, engines, as_json):
     units = [_holds.unit_of(engine) for engine in engines] or registered(config)
     holds, problems = _holds.read(config['hold_dir'])
     _warn(problems)
+    # Entries the GPU watchdog leaves out (it reads their GPUs); the engines are listed all the same.
+    _entries, broken = _registry.read(config['registry_dir'])
+    for problem in broken:
+        LOG.warning('registry entry left out by the GPU watchdog: %s', problem)
+    problems = problems + broken
     states = active_states(config, units) if units else {}
     rows = [{'unit': unit, 'state': states.get(unit, 'unknown'),
              'holds': [dict(hold, holder=holder) for holder, hold in _holds.holders_of(holds, unit)]}

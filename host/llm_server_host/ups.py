@@ -53,7 +53,6 @@ import collections
 import contextlib
 import errno
 import fcntl
-import glob
 import json
 import logging
 import os
@@ -65,6 +64,7 @@ import time
 
 from llm_server_host import holds as _holds
 from llm_server_host import log as _logging
+from llm_server_host.collection import _registry
 from llm_server_host.files import read_settings, write_atomically
 from llm_server_host.textfile import Exposition
 
@@ -348,14 +348,7 @@ def engine_units(config):
     """The units to act on: engine_units, or every instance of the serving registry, now."""
     if config['engine_units']:
         return list(config['engine_units'])
-    units = []
-    for path in sorted(glob.glob(os.path.join(config['instances_dir'], '*.json'))):
-        name = os.path.basename(path)[:-len('.json')]
-        try:
-            units.append(normalize_unit(name))
-        except ConfigError:
-            continue
-    return units
+    return [name + '.service' for name in _registry.names(config['instances_dir'])]
 
 
 def unit_states(config, units):

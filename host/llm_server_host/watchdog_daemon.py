@@ -51,7 +51,7 @@ import time
 
 from llm_server_host import holds as _holds
 from llm_server_host import textfile as _textfile
-from llm_server_host.collection import _watchdog
+from llm_server_host.collection import _registry, _watchdog
 from llm_server_host.files import write_atomically
 
 METRICS_FILE = 'llm_gpu_watchdog.prom'
@@ -160,22 +160,13 @@ def _heat_dict(heat):
 
 
 def engines_by_gpu(registry_dir):
-    """{NVML index: [engine names]} from the serving registry (each entry's "gpus")."""
+    """{NVML index: [engine names]} from the serving registry (each entry's "gpus"); an entry that breaks
+    the contract is left out (llm-server status names it)."""
     result = {}
-    for path in sorted(glob.glob(os.path.join(registry_dir, '*.json'))):
-        try:
-            with open(path, encoding='utf-8') as handle:
-                entry = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        name = entry.get('name') if isinstance(entry, dict) else None
-        if not isinstance(name, str) or not name:
-            continue
-        for gpu in entry.get('gpus') or ():
-            try:
-                result.setdefault(int(gpu), []).append(name)
-            except (TypeError, ValueError):
-                continue
+    entries, _problems = _registry.read(registry_dir)
+    for name, entry in entries.items():
+        for gpu in entry['gpus']:
+            result.setdefault(gpu, []).append(name)
     return result
 
 

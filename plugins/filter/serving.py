@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import posixpath
+
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.homelab.llm_server.plugins.module_utils import _registry
 from ansible_collections.homelab.llm_server.plugins.module_utils._serving import LayoutError
 from ansible_collections.homelab.llm_server.plugins.module_utils._serving import serving_instances as _instances
 
@@ -29,8 +34,43 @@ def systemd_command_line(argv):
     return ' '.join(words)
 
 
+def registry_entry(instance):
+    """The engine registry's entry of a serving instance (module_utils/_registry.py): what the serving role
+    writes to NAME.json."""
+    try:
+        return _registry.entry(instance['name'], instance.get('engine', 'engine'), int(instance['port']),
+                               instance['model_name'], standby=bool(instance.get('standby', False)),
+                               gpus=[int(gpu) for gpu in instance.get('gpus') or []])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError('registry_entry: %s' % exc) from exc
+
+
+def registry_entries(slurped):
+    """The entries of the engine registry from ansible.builtin.slurp's results (a loop over its files), each
+    checked against the contract; stops naming the file and what is wrong with it."""
+    entries, problems = [], []
+    for result in slurped:
+        path = result.get('source') or result.get('item', {}).get('path', '?')
+        name = posixpath.basename(path)[:-len('.json')] if path.endswith('.json') else path
+        try:
+            data = json.loads(base64.b64decode(result['content']).decode('utf-8'))
+        except (KeyError, ValueError) as exc:
+            problems.append('%s cannot be read: %s' % (path, exc))
+            continue
+        broken = _registry.check(data, name)
+        if broken:
+            problems.append('%s: %s' % (path, '; '.join(broken)))
+            continue
+        entries.append(dict(data, standby=data.get('standby', False), gpus=data.get('gpus', [])))
+    if problems:
+        raise AnsibleFilterError('the engine registry breaks its contract (docs/architecture.md): %s; run the '
+                                 'vllm or llamacpp role again to write it anew' % ' | '.join(problems))
+    return entries
+
+
 class FilterModule:
     """Serving filters."""
 
     def filters(self):
-        return {'serving_instances': serving_instances, 'systemd_command_line': systemd_command_line}
+        return {'serving_instances': serving_instances, 'systemd_command_line': systemd_command_line,
+                'registry_entry': registry_entry, 'registry_entries': registry_entries}

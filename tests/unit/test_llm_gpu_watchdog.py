@@ -22,12 +22,13 @@ import time
 import pytest
 
 from llm_server_host import watchdog_daemon as _watchdog_daemon
+from llm_server_host.collection import _registry
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 # The program as the host runs it (nvml_env puts host/ on PYTHONPATH).
 PROGRAM = [sys.executable, '-m', 'llm_server_host.gpu_watchdog']
-FIXTURE = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'watchdog_dual_rtx_pro_6000.json')
-SET_FIXTURE = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'set_fixture.py')
+FIXTURE = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures', 'watchdog_dual_rtx_pro_6000.json')
+SET_FIXTURE = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'set_fixture.py')
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason='NVML setters answer NO_PERMISSION to a non-root user')
 
@@ -45,7 +46,7 @@ def host(tmp_path, nvml_env):
     registry = tmp_path / 'instances'
     registry.mkdir()
     for name, gpu in (('engine-a', 0), ('engine-b', 1)):
-        (registry / (name + '.json')).write_text(json.dumps({'name': name, 'gpus': [gpu]}))
+        (registry / (name + '.json')).write_text(json.dumps(_registry.entry(name, 'llamacpp', 8101 + gpu, 'm', gpus=[gpu])))
     # systemctl stood in for by a recorder: the engines are not what this tests.
     recorder = tmp_path / 'systemctl'
     recorder.write_text('#!/bin/sh\necho "$*" >> %s\n' % (tmp_path / 'systemctl.log'))

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from llm_server_host import holds as _holds
+from llm_server_host.collection import _registry
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 # The program as the host runs it: the package's module, from host/.
@@ -42,7 +43,7 @@ class Host:
         self.root = root
         (root / 'instances').mkdir()
         for name in ('vllm-a', 'vllm-b'):
-            (root / 'instances' / (name + '.json')).write_text(json.dumps({'name': name}))
+            (root / 'instances' / (name + '.json')).write_text(json.dumps(_registry.entry(name, 'vllm', 8001, 'm')))
         (root / 'systemctl').write_text('#!%s\n%s' % (sys.executable, SYSTEMCTL))
         (root / 'systemctl').chmod(0o755)
         (root / 'units.json').write_text(json.dumps({'vllm-a.service': 'active', 'vllm-b.service': 'active'}))

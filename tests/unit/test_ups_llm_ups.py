@@ -27,6 +27,7 @@ import time
 import pytest
 
 from llm_server_host import ups as llm_ups
+from llm_server_host.collection import _registry
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 # The program as the host runs it: the package's module, from host/.
@@ -140,7 +141,7 @@ class Host:
         (self.bin / 'health.json').write_text(json.dumps({'healthy': healthy, 'reason': reason}))
 
     def engine(self, name, state='active', port=8101):
-        (self.root / 'instances' / (name + '.json')).write_text(json.dumps({'name': name, 'port': port}))
+        (self.root / 'instances' / (name + '.json')).write_text(json.dumps(_registry.entry(name, 'llamacpp', port, 'tiny')))
         (self.root / 'health' / (name + '.json')).write_text(json.dumps({
             'name': name, 'url': 'http://127.0.0.1:%d' % port, 'model': 'tiny', 'unit': name + '.service',
             'deadline_s': 20, 'state_dir': str(self.root / 'health-state')}))

@@ -22,6 +22,7 @@ import pytest
 # The decisions as the daemon imports them (the wheel carries them as llm_server_host.collection).
 from llm_server_host import watchdog_daemon as daemon
 from llm_server_host.collection import _watchdog as wd
+from llm_server_host.collection import _registry
 
 UUIDS = {0: 'GPU-aaaa', 1: 'GPU-bbbb'}
 
@@ -93,7 +94,7 @@ def setup(tmp_path):
     registry = tmp_path / 'instances'
     registry.mkdir()
     for name, gpus in (('llm-a', [0]), ('llm-b', [1]), ('llm-cpu', [])):
-        (registry / (name + '.json')).write_text(json.dumps({'name': name, 'gpus': gpus}))
+        (registry / (name + '.json')).write_text(json.dumps(_registry.entry(name, 'vllm', 8001, 'm', gpus=gpus)))
 
     def make(**overrides):
         fail = overrides.pop('fail', ())
@@ -140,10 +141,12 @@ def test_config_defaults_and_per_gpu_override():
     assert config['heat_per_gpu']['1'].warn_c == 70 and config['heat_per_gpu']['1'].cool_for_s == 120
 
 
-def test_engines_by_gpu_reads_the_registry(tmp_path):
-    (tmp_path / 'a.json').write_text(json.dumps({'name': 'a', 'gpus': [0, 1]}))
-    (tmp_path / 'b.json').write_text(json.dumps({'name': 'b', 'gpus': ['1']}))
-    (tmp_path / 'c.json').write_text(json.dumps({'name': 'c'}))
+def test_engines_by_gpu_reads_the_registry_and_leaves_out_what_breaks_its_contract(tmp_path):
+    (tmp_path / 'a.json').write_text(json.dumps(_registry.entry('a', 'vllm', 8001, 'm', gpus=[0, 1])))
+    (tmp_path / 'b.json').write_text(json.dumps(_registry.entry('b', 'vllm', 8002, 'm', gpus=[1])))
+    (tmp_path / 'c.json').write_text(json.dumps(_registry.entry('c', 'llamacpp', 8101, 'm')))
+    # Written by hand: a GPU index as a string, and no JSON at all.
+    (tmp_path / 'd.json').write_text(json.dumps(dict(_registry.entry('d', 'vllm', 8003, 'm'), gpus=['1'])))
     (tmp_path / 'broken.json').write_text('{')
     assert daemon.engines_by_gpu(str(tmp_path)) == {0: ['a'], 1: ['a', 'b']}
 
