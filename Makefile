@@ -93,8 +93,8 @@ venv: $(BIN)/.installed
 host:
 	bash scripts/setup-test-host.sh
 
-$(NVML_DOUBLE): tests/nvml_double/fake_nvml.c tests/nvml_double/Makefile
-	$(MAKE) -C tests/nvml_double OUT=$(CURDIR)/$(BUILD)/nvml
+$(NVML_DOUBLE): tests/doubles/nvml/fake_nvml.c tests/doubles/nvml/Makefile
+	$(MAKE) -C tests/doubles/nvml OUT=$(CURDIR)/$(BUILD)/nvml
 
 .PHONY: nvml-double
 nvml-double: $(NVML_DOUBLE)

@@ -22,12 +22,12 @@ def percentile(values, pct):
 
 
 def build_nvml_double(out):
-    """Compile the NVML test double (tests/nvml_double/fake_nvml.c) into out/libnvidia-ml.so.1."""
+    """Compile the NVML test double (tests/doubles/nvml/fake_nvml.c) into out/libnvidia-ml.so.1."""
     compiler = shutil.which('gcc') or shutil.which('cc')
     if not compiler:
         sys.exit('gcc is needed to build the NVML double')
     subprocess.run([compiler, '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror',
-                    '-o', os.path.join(out, 'libnvidia-ml.so.1'), str(ROOT / 'tests/nvml_double/fake_nvml.c')],
+                    '-o', os.path.join(out, 'libnvidia-ml.so.1'), str(ROOT / 'tests/doubles/nvml/fake_nvml.c')],
                    check=True)
 
 

@@ -27,7 +27,7 @@ import time
 
 from _harness import ROOT, machine_line, percentile, print_table, simulated_server, timed_reruns
 
-FIXTURE = ROOT / 'tests/nvml_double/fixtures/target_dual_rtx_pro_6000.json'
+FIXTURE = ROOT / 'tests/doubles/nvml/fixtures/target_dual_rtx_pro_6000.json'
 DOUBLE_DIR = ROOT / 'build/nvml'
 
 

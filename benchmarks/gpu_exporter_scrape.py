@@ -3,7 +3,7 @@
 
 Starts llm-gpu-exporter (host/llm_server_host/gpu_exporter.py) on a free loopback port
 with its NVML worker loading the double (built here with gcc from
-tests/nvml_double/fake_nvml.c), then scrapes /metrics over HTTP, a new
+tests/doubles/nvml/fake_nvml.c), then scrapes /metrics over HTTP, a new
 connection each time as Prometheus' first scrape would, after a few warm-up
 scrapes. Per fixture it reports:
 
@@ -39,7 +39,7 @@ from _harness import ROOT, build_nvml_double as build_double, collection_root, m
 
 # The program as the host runs it: the package's module, from host/.
 EXPORTER = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
-FIXTURES = ROOT / 'tests' / 'nvml_double' / 'fixtures'
+FIXTURES = ROOT / 'tests' / 'doubles' / 'nvml' / 'fixtures'
 REPORT = ROOT / 'build' / 'bench-reports' / 'gpu-exporter-scrape.json'
 TICKS = os.sysconf('SC_CLK_TCK')
 REAL = 'real NVML'
@@ -133,7 +133,7 @@ def main():
     parser.add_argument('--scrapes', type=int, default=500)
     parser.add_argument('--warmup', type=int, default=20)
     parser.add_argument('--fixture', action='append',
-                        help='fixture name in tests/nvml_double/fixtures (default: the two-GPU ones)')
+                        help='fixture name in tests/doubles/nvml/fixtures (default: the two-GPU ones)')
     parser.add_argument('--target-ms', type=float, default=50.0)
     parser.add_argument('--real', action='store_true',
                         help="scrape this host's GPUs through the driver's libnvidia-ml instead of the double")

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/model_store_download.py [--mib 512] [--files 2] [--runs 3]
 
 Serves a generated repo (FILES safetensors files of MIB MiB in all, random
-bytes) from tests/hf_hub/hub_server.py on 127.0.0.1 and runs the store's own
+bytes) from tests/doubles/hf_hub/hub_server.py on 127.0.0.1 and runs the store's own
 command (plugins/module_utils/_model_store.py, as the model_store role runs it
 on the host) with the real huggingface_hub client against it: a first fetch
 into an empty store (download, then every file's sha256 checked against the
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-HUB = REPO / 'tests' / 'hf_hub' / 'hub_server.py'
+HUB = REPO / 'tests' / 'doubles' / 'hf_hub' / 'hub_server.py'
 STORE = REPO / 'plugins' / 'module_utils' / '_model_store.py'
 COMMIT = '0123456789abcdef0123456789abcdef01234567'
 

@@ -7,7 +7,7 @@ while holding the lock file --lock (default /tmp/remote-scenario.lock), so
 that others who run the same scenario on this machine wait. Three
 containers: remote-home (10.91.1.10, behind a stand-in home router) runs
 home's nginx with its pebble-issued certificate for llm.remote.test and the
-OpenAI-compatible test server (tests/openai_server) as its engine (the
+OpenAI-compatible test server (tests/doubles/openai_server) as its engine (the
 scenario's tests use llama.cpp; LLM_REMOTE_ENGINE=test-server asks for the
 engine with fixed delays);
 remote-vps (10.91.2.10) runs the door (nginx stream, SNI passthrough with the
@@ -673,7 +673,7 @@ def main():
     print(machine_line())
     print('Scenario: 3 containers on this machine, %s CPUs seen, Python %s; home %s, VPS %s, wireguard-go %s; '
           'wg-llm MTU %s (home) / %s (VPS) over eth0 MTU %s. Load average (1 min) before %.2f, after %.2f. '
-          'Engine: tests/openai_server, %d tokens, %.3f s to the first, %.3f s between; prompt %d words.' % (
+          'Engine: tests/doubles/openai_server, %d tokens, %.3f s to the first, %.3f s between; prompt %d words.' % (
               facts['cpus_home'], facts['python_home'], facts['nginx_home'], facts['nginx_vps'],
               facts['wireguard_go_home'], facts['wg_mtu_home'], facts['wg_mtu_vps'], facts['eth_mtu_home'],
               load_before[0], load_after[0], opts.tokens, opts.first_token_delay, opts.inter_token_delay,

@@ -3,7 +3,7 @@
 
 Runs llm-gpu-watchdog (host/llm_server_host/gpu_watchdog.py) as the role does (rounds
 every 5 s, NVML's deadline 5 s) against the double (built here from
-tests/nvml_double/fake_nvml.c, a live fixture of two RTX PRO 6000) with
+tests/doubles/nvml/fake_nvml.c, a live fixture of two RTX PRO 6000) with
 systemctl replaced by a recorder, and measures, over --trials episodes:
 
 - threshold crossing to the first action: GPU 0's temperature is written
@@ -39,8 +39,8 @@ from _harness import ROOT, build_nvml_double as build_double, collection_root, m
 
 # The program as the host runs it: the package's module, from host/.
 PROGRAM = [sys.executable, '-m', 'llm_server_host.gpu_watchdog']
-FIXTURE = ROOT / 'tests' / 'nvml_double' / 'fixtures' / 'watchdog_dual_rtx_pro_6000.json'
-SET_FIXTURE = ROOT / 'tests' / 'nvml_double' / 'set_fixture.py'
+FIXTURE = ROOT / 'tests' / 'doubles' / 'nvml' / 'fixtures' / 'watchdog_dual_rtx_pro_6000.json'
+SET_FIXTURE = ROOT / 'tests' / 'doubles' / 'nvml' / 'set_fixture.py'
 REPORT = ROOT / 'build' / 'bench-reports' / 'watchdog-reaction.json'
 
 

@@ -20,7 +20,7 @@ tarball=$(ls "$work"/homelab-llm_server-*.tar.gz)
 ansible-galaxy collection install --offline --no-deps -p "$work/collections" "$tarball" >/dev/null
 echo "built and installed $(basename "$tarball") ($(du -h "$tarball" | cut -f1))"
 out=$(LD_LIBRARY_PATH="$root/build/nvml" \
-      FAKE_NVML_FIXTURE="$root/tests/nvml_double/fixtures/target_dual_rtx_pro_6000.json" \
+      FAKE_NVML_FIXTURE="$root/tests/doubles/nvml/fixtures/target_dual_rtx_pro_6000.json" \
       ansible localhost -c local -m homelab.llm_server.gpu_facts \
         -e "ansible_python_interpreter=$(command -v python3)" 2>/dev/null)
 echo "$out" | grep -q '"gpu_count": 2' || { echo "gpu_facts from the installed tarball failed: $out"; exit 1; }

@@ -147,9 +147,10 @@ def closure(start: list[str], plugins: dict[str, list[str]], tracked: set[str]) 
                     except ValueError:
                         continue
                     parts = relative.parts
-                    # A folder of tests/: the whole folder (its files use each other).
-                    if len(parts) >= 3 and parts[0] == 'tests':
-                        pending.append('%s/%s/' % parts[:2])
+                    # A folder of tests/ (of tests/doubles/): the whole folder (its files use each other).
+                    depth = 3 if parts[:2] == ('tests', 'doubles') else 2
+                    if len(parts) > depth and parts[0] == 'tests':
+                        pending.append('/'.join(parts[:depth]) + '/')
                     elif len(parts) >= 2:
                         pending.append(str(relative) + ('/' if target.is_dir() else ''))
             names = MODULE_UTIL.findall(text) + (IMPORT.findall(text) if file.suffix == '.py' else [])

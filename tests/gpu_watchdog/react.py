@@ -4,7 +4,7 @@
     react.py [--set KEY=VALUE ...] [--append FILE=LINE ...] [--run COMMAND ...]
              [--until CONDITION ...] [--hold CONDITION ...] [--timeout S] [--fixture FILE]
 
---set changes the NVML double's fixture (tests/nvml_double/set_fixture.py,
+--set changes the NVML double's fixture (tests/doubles/nvml/set_fixture.py,
 atomically); --append adds a line to a file (an XID for the double's
 xid_events_file, an "NVRM: Xid" line for the kernel log); --run runs a shell
 command (the simulated UPS's upsrw), which must exit 0. Then it polls every
@@ -31,7 +31,7 @@ import time
 
 # Installed side by side on the test host; in a checkout it is the double's.
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, '..', 'nvml_double')]
+sys.path[:0] = [HERE, os.path.join(HERE, '..', 'doubles', 'nvml')]
 import set_fixture  # noqa: E402 pylint: disable=wrong-import-position
 
 MISSING = object()

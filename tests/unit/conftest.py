@@ -12,7 +12,7 @@ and puts tests/sysfs on sys.path for ``sysfs_tree``, the writer of simulated
 sysfs/procfs trees (shared with the tree generators in tests/sysfs/*/make_trees.py).
 
 GPU fixtures (gpu_facts, _nvml, _amd_sysfs):
-  fake_nvml_libdir  session: tests/nvml_double/fake_nvml.c compiled into a tmp dir
+  fake_nvml_libdir  session: tests/doubles/nvml/fake_nvml.c compiled into a tmp dir
   collection_root   session: a tmp dir whose ansible_collections/homelab/llm_server
                     is a symlink to this repository (for subprocess PYTHONPATH)
   nvml_env          factory: environment for a subprocess that uses the double
@@ -49,7 +49,7 @@ def pytest_runtest_makereport(item, call):
 
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-NVML_DOUBLE_DIR = os.path.join(REPO_ROOT, 'tests', 'nvml_double')
+NVML_DOUBLE_DIR = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml')
 NVML_FIXTURES_DIR = os.path.join(NVML_DOUBLE_DIR, 'fixtures')
 SYSFS_TREES_DIR = os.path.join(REPO_ROOT, 'tests', 'sysfs')
 # The host programs' package (llm_server_host), for a subprocess's PYTHONPATH.
@@ -80,7 +80,7 @@ _SCRUBBED_ENV = ('LD_LIBRARY_PATH', 'LD_PRELOAD', 'PYTHONPATH', 'FAKE_NVML_FIXTU
 
 
 def nvml_fixture(name):
-    """Absolute path of a fixture in tests/nvml_double/fixtures (name without .json ok)."""
+    """Absolute path of a fixture in tests/doubles/nvml/fixtures (name without .json ok)."""
     if not name.endswith('.json'):
         name += '.json'
     return os.path.join(NVML_FIXTURES_DIR, name)
@@ -91,7 +91,7 @@ def fake_nvml_libdir(tmp_path_factory):
     """Directory holding libnvidia-ml.so.1 built from the NVML test double."""
     compiler = shutil.which('gcc') or shutil.which('cc')
     if not compiler:
-        pytest.skip('gcc is needed to build the NVML test double (tests/nvml_double)')
+        pytest.skip('gcc is needed to build the NVML test double (tests/doubles/nvml)')
     out = tmp_path_factory.mktemp('fake_nvml')
     cmd = [compiler, '-shared', '-fPIC', '-O2', '-Wall', '-Wextra', '-Werror',
            '-o', str(out / 'libnvidia-ml.so.1'), os.path.join(NVML_DOUBLE_DIR, 'fake_nvml.c')]

@@ -4,7 +4,7 @@
 """roles/gpu_exporter/files/llm-gpu-exporter.py run for real against the NVML double.
 
 The exporter runs as a process with its HTTP server on a free loopback port,
-its NVML worker loading the double (tests/nvml_double) through
+its NVML worker loading the double (tests/doubles/nvml) through
 LD_LIBRARY_PATH, exactly as it would load libnvidia-ml.so.1. /metrics is
 parsed with prometheus_client's own parser and checked with `promtool check
 metrics` where promtool is at hand (make promtool).
@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 # The program as the host runs it (nvml_env puts host/ on PYTHONPATH).
 EXPORTER = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
-FIXTURES = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures')
+FIXTURES = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures')
 PARTIAL = 'dual_gpu_partial_support'
 RTX = 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition'
 UUID0 = 'GPU-3f8a2c41-7d5e-4b9a-8c16-0e2f4a6b8d10'

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""llm-health (host/llm_server_host/health.py) run for real against tests/openai_server in a subprocess.
+"""llm-health (host/llm_server_host/health.py) run for real against tests/doubles/openai_server in a subprocess.
 
 The watch tests put a stand-in `systemctl` first in PATH: it prints the unit
 properties the test wrote (so grace and unit states are exercised through the
@@ -37,7 +37,7 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 HOST_DIR = os.path.join(REPO_ROOT, 'host')
 LLM_HEALTH = [sys.executable, '-m', 'llm_server_host.health']
 HOST_ENV = dict(os.environ, PYTHONPATH=HOST_DIR)
-TEST_SERVER = os.path.join(REPO_ROOT, 'tests', 'openai_server', 'openai_test_server.py')
+TEST_SERVER = os.path.join(REPO_ROOT, 'tests', 'doubles', 'openai_server', 'openai_test_server.py')
 API_KEY = 'sk-test-4f1c9d2e8b7a'
 PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')
 needs_promtool = pytest.mark.skipif(not os.access(PROMTOOL, os.X_OK),

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The NVML test double while a process runs: live fixtures, setters, the shared state file.
 
-See tests/nvml_double/README.md. A test drives a running process (pynvml
+See tests/doubles/nvml/README.md. A test drives a running process (pynvml
 loaded from the double) over a pipe: ``Driver`` sends one Python expression
 per line and reads one JSON answer per line, and the test rewrites the
 fixture (write a temporary file, rename it over) between two calls. The
@@ -29,7 +29,7 @@ import threading
 import pytest
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-PARTIAL = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'dual_gpu_partial_support.json')
+PARTIAL = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures', 'dual_gpu_partial_support.json')
 
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3

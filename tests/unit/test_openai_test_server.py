@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tests/openai_server/openai_test_server.py: the wire format and behaviour other tests rely on.
+"""tests/doubles/openai_server/openai_test_server.py: the wire format and behaviour other tests rely on.
 
 Runs the server in a thread of this process (one subprocess test covers the command line).
 """
@@ -21,7 +21,7 @@ import time
 import pytest
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-TEST_SERVER = os.path.join(REPO_ROOT, 'tests', 'openai_server', 'openai_test_server.py')
+TEST_SERVER = os.path.join(REPO_ROOT, 'tests', 'doubles', 'openai_server', 'openai_test_server.py')
 
 
 def _load():

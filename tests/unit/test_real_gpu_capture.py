@@ -4,7 +4,7 @@
 """What a real GPU said, kept: the NVML double loaded with a capture from a real H200 must make
 gpu_facts, the GPU exporter and the watchdog say what they said against the real driver.
 
-tests/nvml_double/real_gpu_check.sh ran on a lent machine with one NVIDIA H200 (driver
+tests/doubles/nvml/real_gpu_check.sh ran on a lent machine with one NVIDIA H200 (driver
 580.159.04) and wrote the capture (fixtures/real_h200_141gb.json), gpu_facts' answer, one
 exporter scrape and the watchdog's dry run against the real NVML (real/h200_*; the UUID and
 serial replaced by the capture's anonymised ones). A change to the double or to the reading code
@@ -21,15 +21,15 @@ import subprocess
 import sys
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
-REAL = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'real')
-CAPTURE = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'real_h200_141gb.json')
+REAL = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'real')
+CAPTURE = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures', 'real_h200_141gb.json')
 # The programs as the host runs them (nvml_env puts host/ on PYTHONPATH).
 EXPORTER = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
 WATCHDOG = [sys.executable, '-m', 'llm_server_host.gpu_watchdog']
 
 
 def _roundtrip():
-    spec = importlib.util.spec_from_file_location('roundtrip', os.path.join(REPO_ROOT, 'tests', 'nvml_double',
+    spec = importlib.util.spec_from_file_location('roundtrip', os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml',
                                                                             'roundtrip.py'))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

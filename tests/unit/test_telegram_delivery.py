@@ -6,7 +6,7 @@
 Debian's Alertmanager 0.25 (bookworm's prometheus-alertmanager, extracted by
 `make amtool` into build/alertmanager/: LLM_SERVER_ALERTMANAGER, else
 build/alertmanager/alertmanager) runs against the Bot API stand-in
-(tests/telegram_bot_api/bot_api.py) with a `telegram_configs` receiver and the
+(tests/doubles/telegram_bot_api/bot_api.py) with a `telegram_configs` receiver and the
 collection's inhibit rules (roles/monitoring/files/alertmanager/
 inhibit_rules.yml). Alerts are posted to its v2 API as Prometheus would post
 them, and the stand-in's record of sendMessage requests is what is asserted:
@@ -63,7 +63,7 @@ REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
 ALERTMANAGER = (os.environ.get('LLM_SERVER_ALERTMANAGER')
                 or os.path.join(REPO_ROOT, 'build', 'alertmanager', 'alertmanager'))
 AMTOOL = os.environ.get('LLM_SERVER_AMTOOL') or os.path.join(REPO_ROOT, 'build', 'amtool', 'amtool')
-BOT_API = os.path.join(REPO_ROOT, 'tests', 'telegram_bot_api', 'bot_api.py')
+BOT_API = os.path.join(REPO_ROOT, 'tests', 'doubles', 'telegram_bot_api', 'bot_api.py')
 INHIBIT_RULES = os.path.join(REPO_ROOT, 'roles', 'monitoring', 'files', 'alertmanager', 'inhibit_rules.yml')
 BOT_API_SPEC = importlib.util.spec_from_file_location('bot_api', BOT_API)
 BOT_API_MODULE = importlib.util.module_from_spec(BOT_API_SPEC)

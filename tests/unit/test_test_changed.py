@@ -49,6 +49,15 @@ def test_the_shared_harness_runs_everything():
     assert chosen("tests/molecule/create.yml") == ALL
 
 
+def test_a_test_double_runs_the_scenarios_that_use_it_only():
+    # tests/doubles/ holds one folder a double: the Hub's stand-in is model_store's, not proxy's.
+    picked = chosen("tests/doubles/hf_hub/hub_server.py")
+    assert "model_store" in picked
+    assert "proxy" not in picked
+    assert "proxy" in chosen("tests/doubles/openai_server/openai_test_server.py")
+    assert "model_store" not in chosen("tests/doubles/openai_server/openai_test_server.py")
+
+
 def test_the_readme_and_the_example_run_the_owners_path_only():
     assert chosen("README.md") == ["first_day"]
     assert chosen("inventories/example/group_vars/gpu_servers/vars.yml") == ["first_day"]

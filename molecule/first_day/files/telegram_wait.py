@@ -1,6 +1,6 @@
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Wait for an alert's message at the Telegram stand-in (tests/telegram_bot_api/bot_api.py).
+"""Wait for an alert's message at the Telegram stand-in (tests/doubles/telegram_bot_api/bot_api.py).
 
     telegram_wait.py RECORD --after-line N --alert NAME --state FIRING|RESOLVED --timeout S
     telegram_wait.py RECORD --count

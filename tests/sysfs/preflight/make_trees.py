@@ -17,7 +17,7 @@ directories must be left out of the copy that sanity runs on.
 Each case holds ``sys/``, ``proc/`` and ``lib/modules/`` subtrees shaped like
 the real ones, including binary 4096-byte PCI config space files with an
 extended capability list (AER, DSN, ACS) for the bridges above the GPUs.
-The GPU addresses match the NVML fixtures in tests/nvml_double/fixtures, so
+The GPU addresses match the NVML fixtures in tests/doubles/nvml/fixtures, so
 a simulated host can pair a fixture with a tree (tests/simulated_host).
 
 ``target`` (pairs with target_dual_rtx_pro_6000): healthy host. UEFI, Secure

@@ -24,7 +24,7 @@ import pytest
 from llm_server_host import nvml_worker as _nvml_worker
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
-FIXTURES = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures')
+FIXTURES = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures')
 PARTIAL = 'dual_gpu_partial_support'
 
 
@@ -260,7 +260,7 @@ def _exposition(env):
 def test_capture_fixture_keeps_what_the_exporter_reads(nvml_env, tmp_path):
     """capture_fixture.py (run on a lent GPU host) keeps every answer the exporter uses."""
     env = nvml_env(fixture=PARTIAL)
-    capture = subprocess.run([sys.executable, os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'capture_fixture.py')],
+    capture = subprocess.run([sys.executable, os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'capture_fixture.py')],
                              env=env, capture_output=True, text=True, timeout=60, check=False)
     assert capture.returncode == 0, capture.stderr
     captured = tmp_path / 'captured.json'

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fixtures of the llm-bench tests (test_loadbench*.py): the OpenAI-compatible test server.
 
-  server   factory: start(*args) -> base URL of tests/openai_server/openai_test_server.py,
+  server   factory: start(*args) -> base URL of tests/doubles/openai_server/openai_test_server.py,
            a subprocess on a free port (--port 0), stopped at the end of the test
   control  control(url, **changes): the running server's POST /_control (delays, failures)
 """
@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 TEST_SERVER = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..',
-                                            'openai_server', 'openai_test_server.py'))
+                                            'doubles', 'openai_server', 'openai_test_server.py'))
 
 
 @pytest.fixture

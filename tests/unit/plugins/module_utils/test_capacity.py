@@ -19,7 +19,7 @@ from ansible_collections.homelab.llm_server.plugins.module_utils import _capacit
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 TABLES = _capacity_tables.load_tables(os.path.join(REPO, 'data', 'planner'))
 GIB = 2 ** 30
-# What NVML reports for the target's cards (tests/nvml_double/fixtures/target_dual_rtx_pro_6000.json).
+# What NVML reports for the target's cards (tests/doubles/nvml/fixtures/target_dual_rtx_pro_6000.json).
 RTX_PRO_6000_FACT = {'vendor': 'nvidia', 'name': 'NVIDIA RTX PRO 6000 Blackwell Workstation Edition',
                      'memory_total_bytes': 102641336320}
 TWO_CARDS = [dict(RTX_PRO_6000_FACT, index=0), dict(RTX_PRO_6000_FACT, index=1)]

@@ -160,7 +160,7 @@ def test_reported_names_map_to_one_entry(name, memory, expected):
 
 def test_nvml_fixture_names_resolve():
     names = set()
-    for path in glob.glob(os.path.join(REPO, 'tests', 'nvml_double', 'fixtures', '*.json')):
+    for path in glob.glob(os.path.join(REPO, 'tests', 'doubles', 'nvml', 'fixtures', '*.json')):
         with open(path) as handle:
             for device in json.load(handle).get('devices') or []:
                 names.add((device['name'], device['memory']['total']))

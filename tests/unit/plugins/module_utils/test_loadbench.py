@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """plugins/module_utils/_loadbench.py: llm-bench's command line, its launcher and the llm_benchmark module.
 
-Against the real test server (tests/openai_server/openai_test_server.py), started as a
+Against the real test server (tests/doubles/openai_server/openai_test_server.py), started as a
 subprocess with known delays (the server fixture, conftest.py). These runs go through all of
 llm-bench: _loadbench_client, _loadbench_stats and _loadbench_report behind the entry points.
 """

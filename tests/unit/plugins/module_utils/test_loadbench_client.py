@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """plugins/module_utils/_loadbench_client.py: llm-bench's requests, HTTP client and load shapes.
 
-Measurements run against the real test server (tests/openai_server/openai_test_server.py)
+Measurements run against the real test server (tests/doubles/openai_server/openai_test_server.py)
 started as a subprocess with known delays (the server fixture, conftest.py); the HTTP
 parser's corner cases run against a raw TCP server that sends canned bytes in small
 pieces; TLS against the test server wrapped in a self-signed certificate made with openssl.
@@ -28,7 +28,7 @@ from ansible_collections.homelab.llm_server.plugins.module_utils._loadbench_clie
 from ansible_collections.homelab.llm_server.plugins.module_utils._loadbench_stats import BenchError, evaluate
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-TEST_SERVER = os.path.join(REPO, 'tests', 'openai_server', 'openai_test_server.py')
+TEST_SERVER = os.path.join(REPO, 'tests', 'doubles', 'openai_server', 'openai_test_server.py')
 SECRET = 'sk-test-9f8e7d6c5b4a'
 
 

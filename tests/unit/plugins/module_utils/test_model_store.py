@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The model store (plugins/module_utils/_model_store.py) with the real huggingface_hub client.
 
-The Hub is the local stand-in tests/hf_hub/hub_server.py on 127.0.0.1 (two
+The Hub is the local stand-in tests/doubles/hf_hub/hub_server.py on 127.0.0.1 (two
 origins: the API and the LFS files' redirect target), serving a repo the test
 writes: a 12 MiB LFS file (over the client's 10 MiB resume step) and two
 regular files. Its faults cut a connection, corrupt a file or, stopped, make
@@ -26,7 +26,7 @@ from ansible_collections.homelab.llm_server.plugins.module_utils import _model_s
 pytest.importorskip('huggingface_hub')
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-sys.path.insert(0, os.path.join(REPO_ROOT, 'tests', 'hf_hub'))
+sys.path.insert(0, os.path.join(REPO_ROOT, 'tests', 'doubles', 'hf_hub'))
 import hub_server  # noqa: E402 pylint: disable=wrong-import-position
 
 REPO = 'llm-test/tiny-store'

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-FIXTURES = os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures')
+FIXTURES = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures')
 MIB = 1024 * 1024
 
 
@@ -395,8 +395,8 @@ def test_capture_roundtrip_reproduces_gpu_facts(fake_nvml_libdir, tmp_path):
     import pathlib
     root = pathlib.Path(__file__).resolve().parents[4]
     env = dict(os.environ, LD_LIBRARY_PATH=str(fake_nvml_libdir),
-               FAKE_NVML_FIXTURE=str(root / 'tests/nvml_double/fixtures/degraded_dual_rtx_pro_6000.json'))
-    proc = subprocess.run([sys.executable, str(root / 'tests/nvml_double/roundtrip.py'),
+               FAKE_NVML_FIXTURE=str(root / 'tests/doubles/nvml/fixtures/degraded_dual_rtx_pro_6000.json'))
+    proc = subprocess.run([sys.executable, str(root / 'tests/doubles/nvml/roundtrip.py'),
                            '--double-dir', str(fake_nvml_libdir), '--out', str(tmp_path)],
                           env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr

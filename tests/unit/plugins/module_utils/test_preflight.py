@@ -48,7 +48,7 @@ def roots(case):
     }
 
 
-# GPU addresses in each fake tree (they match the NVML fixtures in tests/nvml_double/fixtures)
+# GPU addresses in each fake tree (they match the NVML fixtures in tests/doubles/nvml/fixtures)
 CASE_BDFS = {
     'target': ('00000000:01:00.0', '00000000:02:00.0'),
     'degraded': ('00000000:01:00.0', '00000000:81:00.0'),

@@ -4,7 +4,7 @@
 """plugins/modules/gpu_facts.py run as Ansible runs it: a subprocess reading a JSON args file.
 
 NVIDIA data comes from the real pynvml talking to the NVML test double
-(tests/nvml_double), AMD data from fake sysfs trees (tests/sysfs).
+(tests/doubles/nvml), AMD data from fake sysfs trees (tests/sysfs).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_h100_fixture(run_gpu_facts):
 def test_a_gpu_that_hangs_nvml_is_abandoned_at_the_deadline(run_gpu_facts, tmp_path):
     # GPU 1 answers every call after 30 s, as a GPU that fell off the bus
     # can: the module must come back at its deadline, the AMD GPUs still read.
-    with open(os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'target_dual_rtx_pro_6000.json')) as handle:
+    with open(os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures', 'target_dual_rtx_pro_6000.json')) as handle:
         data = json.load(handle)
     data['devices'][1]['hang_ms'] = {'*': 30000}
     fixture = tmp_path / 'hung.json'
@@ -189,7 +189,7 @@ def test_invalid_vendor_is_rejected(run_gpu_facts):
 
 
 def test_field_not_supported_is_null(run_gpu_facts, tmp_path):
-    with open(os.path.join(REPO_ROOT, 'tests', 'nvml_double', 'fixtures', 'target_dual_rtx_pro_6000.json')) as f:
+    with open(os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures', 'target_dual_rtx_pro_6000.json')) as f:
         data = json.load(f)
     data['devices'][0]['errors'] = {'nvmlDeviceGetPowerUsage': 'NVML_ERROR_NOT_SUPPORTED',
                                     'nvmlDeviceGetMaxPcieLinkWidth': 'NVML_ERROR_NOT_SUPPORTED'}

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Run plugins/modules/model_fetch.py as Ansible does, against the Hub's stand-in (tests/hf_hub/hub_server.py)."""
+"""Run plugins/modules/model_fetch.py as Ansible does, against the Hub's stand-in (tests/doubles/hf_hub/hub_server.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip('huggingface_hub')
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-sys.path.insert(0, os.path.join(REPO_ROOT, 'tests', 'hf_hub'))
+sys.path.insert(0, os.path.join(REPO_ROOT, 'tests', 'doubles', 'hf_hub'))
 import hub_server  # noqa: E402 pylint: disable=wrong-import-position
 
 REPO = 'llm-test/module-store'

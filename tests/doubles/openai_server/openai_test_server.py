@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A small OpenAI-compatible HTTP server for tests of clients and proxies. Not an engine.
 
-    python3 tests/openai_server/openai_test_server.py --port 0 --model NAME [--model OTHER]
+    python3 tests/doubles/openai_server/openai_test_server.py --port 0 --model NAME [--model OTHER]
         [--name backend-a] [--tokens 16] [--first-token-delay 0] [--inter-token-delay 0]
         [--cut-stream-after 0] [--hang-completions] [--fail-status 0] [--health-status 200]
         [--api-key-file F] [--verbose]

@@ -5,7 +5,7 @@
 # python3 with nvidia-ml-py and prometheus-client (ansible-core for gpu_facts
 # may come through PYTHONPATH):
 #
-#   OUT=build/real-gpu bash tests/nvml_double/real_gpu_check.sh
+#   OUT=build/real-gpu bash tests/doubles/nvml/real_gpu_check.sh
 #
 # It writes to $OUT:
 #   nvidia-smi.txt            what the driver's own tool says, for reference
@@ -17,7 +17,7 @@
 #                             timing against the real NVML, CUDA context size
 #   watchdog_dry_run.txt      llm-gpu-watchdog in dry run: the heat steps it takes
 #                             from the card, then steps forced below the card's
-#                             temperature (tests/nvml_double/real/watchdog_*.json),
+#                             temperature (tests/doubles/nvml/real/watchdog_*.json),
 #                             and the clocks and power limit unchanged after it
 set -uo pipefail
 OUT=${OUT:-build/real-gpu}
@@ -30,10 +30,10 @@ say() { echo "== $*" >&3; }
 nvidia-smi -q >"$OUT/nvidia-smi.txt" 2>&1
 
 say "build the NVML double"
-make -s -C tests/nvml_double OUT="$PWD/build/nvml" >&3 2>&1
+make -s -C tests/doubles/nvml OUT="$PWD/build/nvml" >&3 2>&1
 
 say "round trip: capture, gpu_facts real vs double"
-$PY tests/nvml_double/roundtrip.py --double-dir build/nvml --out "$OUT" >&3 2>&1
+$PY tests/doubles/nvml/roundtrip.py --double-dir build/nvml --out "$OUT" >&3 2>&1
 echo "rc=$?" >&3
 
 say "llm-gpu-exporter --once against the real NVML"
@@ -98,7 +98,7 @@ echo "rc=$?" >&3
 say "the GPU watchdog in dry run"
 watchdog() {  # watchdog CONFIG COMMAND
   PYTHONPATH="$coll:$PWD/host${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m llm_server_host.gpu_watchdog \
-    --config "tests/nvml_double/real/$1" "$2"
+    --config "tests/doubles/nvml/real/$1" "$2"
 }
 Q="nvidia-smi --query-gpu=temperature.gpu,power.limit,clocks.sm,clocks_event_reasons.active --format=csv"
 rm -rf /tmp/llm-real-gpu-watchdog && mkdir -p /tmp/llm-real-gpu-watchdog/instances

@@ -8,7 +8,7 @@
    (temperatures, power draw, used memory, current clocks and throttle reasons
    do; they are reported, not compared).
 
-    python3 tests/nvml_double/roundtrip.py --double-dir build/nvml --out DIR
+    python3 tests/doubles/nvml/roundtrip.py --double-dir build/nvml --out DIR
 
 Exits 1 when a stable field differs. On a host without a GPU, point
 LD_LIBRARY_PATH and FAKE_NVML_FIXTURE at the double to check the capture
@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = HERE.parent.parent.parent
 VOLATILE = {'temperature_c', 'power_draw_w', 'memory_used_bytes', 'memory_free_bytes',
             'clocks', 'throttle_reasons', 'throttle_reasons_mask', 'pcie_link_gen_current'}
 

@@ -3,7 +3,7 @@
 
 Run on a host with an NVIDIA driver and nvidia-ml-py:
 
-    python3 tests/nvml_double/capture_fixture.py --description "..." > my_host.json
+    python3 tests/doubles/nvml/capture_fixture.py --description "..." > my_host.json
 
 Every query the double answers is asked of the real library; a query that
 fails with NOT_SUPPORTED is left out (the double answers NOT_SUPPORTED for
