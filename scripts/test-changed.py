@@ -37,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTION = 'homelab.llm_server'
 # Every scenario runs through these: a change here runs them all.
-HARNESS = ('tests/molecule/', '.config/molecule/', 'ansible.cfg', 'galaxy.yml', 'meta/runtime.yml',
-           'scripts/build-test-image.sh', 'requirements.txt', 'requirements-controller.txt')
+HARNESS = ('tests/molecule/create.yml', 'tests/molecule/destroy.yml', '.config/molecule/', 'ansible.cfg', 'galaxy.yml',
+           'meta/runtime.yml', 'scripts/build-test-image.sh', 'requirements.txt', 'requirements-controller.txt')
 # Inputs make builds and hands to the scenarios through the environment: a
 # change to what builds one runs the scenarios whose molecule.yml names it.
 BUILT_INPUTS = {'LLM_SERVER_VLLM_WHEELS': ('tests/vllm_cpu/requirements.lock',),
@@ -147,9 +147,10 @@ def closure(start: list[str], plugins: dict[str, list[str]], tracked: set[str]) 
                     except ValueError:
                         continue
                     parts = relative.parts
-                    # A folder of tests/ (of tests/doubles/): the whole folder (its files use each other).
+                    # A folder of tests/: the whole folder (its files use each other); in tests/doubles/,
+                    # the double's folder. tests/molecule/ holds the harness and clients: the file alone.
                     depth = 3 if parts[:2] == ('tests', 'doubles') else 2
-                    if len(parts) > depth and parts[0] == 'tests':
+                    if parts[:1] == ('tests',) and len(parts) > depth and parts[1] != 'molecule':
                         pending.append('/'.join(parts[:depth]) + '/')
                     elif len(parts) >= 2:
                         pending.append(str(relative) + ('/' if target.is_dir() else ''))

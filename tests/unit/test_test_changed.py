@@ -58,6 +58,12 @@ def test_a_test_double_runs_the_scenarios_that_use_it_only():
     assert "model_store" not in chosen("tests/doubles/openai_server/openai_test_server.py")
 
 
+def test_a_shared_client_runs_the_scenarios_that_use_it_not_the_harness():
+    picked = chosen("tests/molecule/openai_stream.py")
+    assert {"proxy", "proxy_acme", "remote"} <= set(picked)
+    assert "model_store" not in picked
+
+
 def test_the_readme_and_the_example_run_the_owners_path_only():
     assert chosen("README.md") == ["first_day"]
     assert chosen("inventories/example/group_vars/gpu_servers/vars.yml") == ["first_day"]
