@@ -4,8 +4,8 @@
 """host/llm_server_host/nvml_supervisor.py in process: a worker that cannot start.
 
 The deadline, the quarantine, probes and stuck workers against the NVML
-double are tested through the programs (test_llm_gpu_exporter.py,
-test_llm_gpu_watchdog.py).
+double are tested through the programs (test_gpu_exporter.py,
+test_gpu_watchdog.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import threading
 
 import pytest
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 PARTIAL = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures', 'dual_gpu_partial_support.json')
 
 NVML_ERROR_INVALID_ARGUMENT = 2

@@ -32,7 +32,7 @@ import yaml
 
 from llm_server_host import health as llm_health
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 # The program as the host runs it: the package's module, from host/.
 HOST_DIR = os.path.join(REPO_ROOT, 'host')
 LLM_HEALTH = [sys.executable, '-m', 'llm_server_host.health']

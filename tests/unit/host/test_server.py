@@ -17,7 +17,7 @@ import pytest
 from llm_server_host import holds as _holds
 from llm_server_host.collection import _registry
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 # The program as the host runs it: the package's module, from host/.
 PROGRAM = [sys.executable, '-m', 'llm_server_host.server']
 

@@ -24,7 +24,7 @@ import pytest
 from llm_server_host import watchdog_daemon as _watchdog_daemon
 from llm_server_host.collection import _registry
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 # The program as the host runs it (nvml_env puts host/ on PYTHONPATH).
 PROGRAM = [sys.executable, '-m', 'llm_server_host.gpu_watchdog']
 FIXTURE = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures', 'watchdog_dual_rtx_pro_6000.json')

@@ -29,7 +29,7 @@ import pytest
 from llm_server_host import ups as llm_ups
 from llm_server_host.collection import _registry
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 # The program as the host runs it: the package's module, from host/.
 LLM_UPS = [sys.executable, '-m', 'llm_server_host.ups']
 PROMTOOL = os.environ.get('LLM_SERVER_PROMTOOL') or os.path.join(REPO_ROOT, 'build', 'promtool', 'promtool')

@@ -33,7 +33,7 @@ import yaml
 
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 ROLE = os.path.join(REPO_ROOT, 'roles', 'nginx')
 # The program as the host runs it: the package's module, from host/.
 EXPORTER = [sys.executable, '-m', 'llm_server_host.proxy_metrics']

@@ -18,7 +18,7 @@ import pytest
 
 from llm_server_host import holds as _holds
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 # The program as the host runs it: the package's module, from host/.
 PROGRAM = [sys.executable, '-m', 'llm_server_host.proxy_holds']
 TEMPLATE = os.path.join(REPO, 'roles', 'nginx', 'templates', 'proxy-holds.json.j2')

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""roles/gpu_exporter/files/llm-gpu-exporter.py run for real against the NVML double.
+"""llm-gpu-exporter (host/llm_server_host/gpu_exporter.py) run for real against the NVML double.
 
 The exporter runs as a process with its HTTP server on a free loopback port,
 its NVML worker loading the double (tests/doubles/nvml) through
@@ -25,7 +25,7 @@ import pytest
 
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 # The program as the host runs it (nvml_env puts host/ on PYTHONPATH).
 EXPORTER = [sys.executable, '-m', 'llm_server_host.gpu_exporter']
 FIXTURES = os.path.join(REPO_ROOT, 'tests', 'doubles', 'nvml', 'fixtures')

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 # The program as the host runs it: the package's module, from host/.
 HELPER = [sys.executable, '-m', 'llm_server_host.http_ban']
 
