@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..'))
 _spec = importlib.util.spec_from_file_location('vllm_cli_table_under_test',
                                                os.path.join(REPO, 'scripts', 'vllm_cli_table.py'))
 generator = importlib.util.module_from_spec(_spec)

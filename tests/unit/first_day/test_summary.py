@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "tests" / "first_day" / "summary.py"
 SPEC = importlib.util.spec_from_file_location("first_day_summary", SCRIPT)
 summary = importlib.util.module_from_spec(SPEC)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 SPEC = importlib.util.spec_from_file_location("first_day_owner", ROOT / "tests" / "first_day" / "owner.py")
 owner = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(owner)

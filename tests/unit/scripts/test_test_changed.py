@@ -3,7 +3,7 @@
 import importlib.util
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 SPEC = importlib.util.spec_from_file_location("test_changed", ROOT / "scripts" / "test-changed.py")
 test_changed = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(test_changed)
