@@ -162,7 +162,8 @@ def main(argv=None):
         applied = True
     write_atomically(config['state'], json.dumps({'ruleset': ruleset, 'sources': kept}), mode=0o600)
     write_atomically(config['metrics'], render_metrics(sources, kept, failed, len(v4) + len(v6)))
-    LOG.info('%s', json.dumps({'applied': applied, 'addresses': len(v4) + len(v6), 'failed': failed}))
+    # The answer, on standard output: the role reads it (changed, and the sources not pulled).
+    print(json.dumps({'applied': applied, 'addresses': len(v4) + len(v6), 'failed': failed}))
     return 0
 
 

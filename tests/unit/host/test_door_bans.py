@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 
 from llm_server_host import door_bans as bans
 
@@ -72,3 +73,15 @@ def test_settings_that_cannot_be_read_are_an_error_in_the_journal(tmp_path, caps
     assert bans.main([str(tmp_path / 'missing.json')]) == 2
     out, err = capsys.readouterr()
     assert out == '' and err.startswith('llm-door-bans: cannot read %s' % (tmp_path / 'missing.json'))
+
+
+def test_the_answer_is_on_standard_output_for_the_role(tmp_path, capsys, monkeypatch):
+    # roles/http_ban/tasks/vps.yml reads stdout as JSON: applied (changed) and the sources not pulled.
+    config = tmp_path / 'door-bans.json'
+    config.write_text(json.dumps({'sources': [], 'ports': [443], 'state': str(tmp_path / 'state.json'),
+                                  'metrics': str(tmp_path / 'bans.prom')}))
+    monkeypatch.setattr(bans, 'NFT', 'true')
+    monkeypatch.setattr(bans, 'table_exists', lambda: False)
+    assert bans.main([str(config)]) == 0
+    out, _err = capsys.readouterr()
+    assert json.loads(out) == {'applied': True, 'addresses': 0, 'failed': []}
