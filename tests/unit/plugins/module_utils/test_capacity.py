@@ -272,7 +272,7 @@ def test_module_without_tables_needs_specs_by_hand():
 
 def test_report_lines():
     lines = _capacity.report_lines(plan(TWO_CARDS, 'qwen2.5-72b-instruct'))
-    labels = [line.split('  ')[0] for line in lines]
+    labels = [line.split('  ', 1)[0] for line in lines]
     assert labels == ['model', 'GPUs', 'layout', 'weights/GPU', 'KV/token', 'KV cache/GPU', 'KV tokens',
                       'max_model_len', 'concurrent seqs', 'decode ceiling', 'verdict']
     assert lines[3].endswith('72.7 GB (67.7 GiB); 145.4 GB in total')
