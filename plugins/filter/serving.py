@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import posixpath
 
 from ansible.errors import AnsibleFilterError
@@ -53,15 +52,17 @@ def registry_entries(slurped):
         path = result.get('source') or result.get('item', {}).get('path', '?')
         name = posixpath.basename(path)[:-len('.json')] if path.endswith('.json') else path
         try:
-            data = json.loads(base64.b64decode(result['content']).decode('utf-8'))
+            text = base64.b64decode(result['content']).decode('utf-8')
         except (KeyError, ValueError) as exc:
-            problems.append('%s cannot be read: %s' % (path, exc))
+            problems.append('%s %s%s' % (path, _registry.UNREADABLE, exc))
             continue
-        broken = _registry.check(data, name)
+        entry, broken = _registry.parse(text, name)
         if broken:
-            problems.append('%s: %s' % (path, '; '.join(broken)))
+            # 'PATH cannot be read: ...' without read()'s colon: the message this filter has always given.
+            unreadable = broken[0].startswith(_registry.UNREADABLE)
+            problems.append(('%s %s' if unreadable else '%s: %s') % (path, '; '.join(broken)))
             continue
-        entries.append(dict(data, standby=data.get('standby', False), gpus=data.get('gpus', [])))
+        entries.append(entry)
     if problems:
         raise AnsibleFilterError('the engine registry breaks its contract (docs/architecture.md): %s; run the '
                                  'vllm or llamacpp role again to write it anew' % ' | '.join(problems))

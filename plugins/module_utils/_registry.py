@@ -6,9 +6,9 @@
 Private to this collection. One JSON object per engine the serving role
 started, in the registry directory as NAME.json; the engine's unit is
 NAME.service. Written by the serving role (its `registry_entry` filter
-calls entry()); read by the nginx role (the `registry_entries` filter),
-llm-gpu-watchdog, llm-ups and llm-server (read() and names(), from the host
-programs' wheel, which carries this file).
+calls entry()); read by the nginx role (the `registry_entries` filter
+calls parse()), llm-gpu-watchdog, llm-ups and llm-server (read() and
+names(), from the host programs' wheel, which carries this file).
 
 An entry without a version was written by a collection before the field;
 it is read as version 1, the same fields. An entry of a later version, or
@@ -26,6 +26,8 @@ VERSION = 1
 ENGINES = ('vllm', 'llamacpp', 'engine')
 # Engine names are systemd unit names without '.service' (the serving role's).
 NAME_RE = re.compile(r'^[A-Za-z0-9:_.@-]+$')
+# How a problem of an entry that is not JSON (or not text) begins.
+UNREADABLE = 'cannot be read: '
 
 
 def entry(name, engine, port, model, standby=False, gpus=(), host='127.0.0.1'):
@@ -79,6 +81,20 @@ def names(registry_dir):
     return found
 
 
+def parse(text, name):
+    """(entry, [problem]) of TEXT, the JSON of NAME.json: the entry checked and its defaults filled in, or None
+    and why not. The one reading of an entry, for read() and the nginx role's `registry_entries` filter."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return None, [UNREADABLE + str(exc)]
+    problems = check(data, name)
+    if problems:
+        return None, problems
+    return dict(data, version=data.get('version', 1), standby=data.get('standby', False),
+                gpus=data.get('gpus', [])), []
+
+
 def read(registry_dir):
     """({name: entry}, [problem]) of the registry: each entry read and checked; one that cannot be read or
     breaks the contract is left out, its problem named."""
@@ -87,16 +103,15 @@ def read(registry_dir):
         path = os.path.join(registry_dir, name + '.json')
         try:
             with open(path, encoding='utf-8') as handle:
-                data = json.load(handle)
+                text = handle.read()
         except (OSError, ValueError) as exc:
-            problems.append('%s: cannot be read: %s' % (path, exc))
+            problems.append('%s: %s%s' % (path, UNREADABLE, exc))
             continue
-        broken = check(data, name)
+        data, broken = parse(text, name)
         if broken:
             problems.append('%s: %s' % (path, '; '.join(broken)))
             continue
-        entries[name] = dict(data, version=data.get('version', 1), standby=data.get('standby', False),
-                             gpus=data.get('gpus', []))
+        entries[name] = data
     return entries, problems
 
 

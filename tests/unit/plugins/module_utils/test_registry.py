@@ -79,6 +79,28 @@ def test_names_come_from_the_files_even_when_an_entry_cannot_be_read(tmp_path):
     assert _registry.read(str(tmp_path / 'missing')) == ({}, [])
 
 
+def test_parse_fills_in_the_defaults_of_an_entry():
+    # Written before the version field, and without standby and gpus: read as version 1, the defaults filled in.
+    text = json.dumps({'name': 'engine-a', 'engine': 'vllm', 'host': '127.0.0.1', 'port': 8001, 'model': 'm'})
+    assert _registry.parse(text, 'engine-a') == ({'version': 1, 'name': 'engine-a', 'engine': 'vllm',
+                                                  'host': '127.0.0.1', 'port': 8001, 'model': 'm',
+                                                  'standby': False, 'gpus': []}, [])
+    entry = _registry.entry('engine-a', 'llamacpp', 8101, 'tiny-chat', standby=True, gpus=[1])
+    assert _registry.parse(json.dumps(entry), 'engine-a') == (entry, [])
+
+
+@pytest.mark.parametrize('text, problems', [
+    ('{not json', ['cannot be read: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)']),
+    ('', ['cannot be read: Expecting value: line 1 column 1 (char 0)']),
+    ('[1, 2]', ['not a JSON object']),
+    ('"engine-a"', ['not a JSON object']),
+    (json.dumps(dict(_registry.entry('engine-a', 'vllm', 8001, 'm'), name='engine-b', port=0)),
+     ["name 'engine-b' is not the file name 'engine-a'", 'port 0 is not a port']),
+])
+def test_parse_names_what_keeps_an_entry_out(text, problems):
+    assert _registry.parse(text, 'engine-a') == (None, problems)
+
+
 def test_the_serving_roles_instance_becomes_its_entry(render):
     assert render('{{ i | homelab.llm_server.registry_entry }}', i=INSTANCE)['value'] == {
         'version': 1, 'name': 'vllm-qwen3-cpu0', 'engine': 'vllm', 'host': '127.0.0.1', 'port': 8001,
