@@ -54,13 +54,11 @@ def registry_entries(slurped):
         try:
             text = base64.b64decode(result['content']).decode('utf-8')
         except (KeyError, ValueError) as exc:
-            problems.append('%s %s%s' % (path, _registry.UNREADABLE, exc))
+            problems.append('%s: %s%s' % (path, _registry.UNREADABLE, exc))
             continue
         entry, broken = _registry.parse(text, name)
         if broken:
-            # 'PATH cannot be read: ...' without read()'s colon: the message this filter has always given.
-            unreadable = broken[0].startswith(_registry.UNREADABLE)
-            problems.append(('%s %s' if unreadable else '%s: %s') % (path, '; '.join(broken)))
+            problems.append('%s: %s' % (path, '; '.join(broken)))
             continue
         entries.append(entry)
     if problems:

@@ -123,5 +123,5 @@ def test_the_proxy_reads_the_entries_and_stops_on_one_that_breaks_the_contract(r
     error = render('{{ r | homelab.llm_server.registry_entries }}', r=results)['error']
     assert ('/etc/llm-server/instances/engine-b.json: version 3 is newer than this collection reads (1): update '
             'the collection') in error
-    assert '/etc/llm-server/instances/engine-c.json cannot be read' in error
+    assert '/etc/llm-server/instances/engine-c.json: cannot be read' in error
     assert 'run the vllm or llamacpp role again to write it anew' in error
