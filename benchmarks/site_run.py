@@ -125,6 +125,12 @@ def main():
                         help="vLLM planned on the simulated GPUs but not started, as the demo was before "
                              "vLLM's CPU build (benchmarks/demo-gpu-vllm-stopped.yml)")
     parser.add_argument('--image', default=os.environ.get('LLM_SERVER_TEST_IMAGE'))
+    parser.add_argument('--reuse', action='store_true',
+                        help='time the no-op re-runs on the host a run with --keep left, without its first converge '
+                             '(the loop of one change to the roles); implies --keep')
+    parser.add_argument('--keep', action='store_true',
+                        help='leave the converged host running (podman container %s) to time more no-op runs '
+                             'by hand; the next run of this script replaces it' % NAME)
     parser.add_argument('--compare', metavar='REF',
                         help='also time the no-op re-runs of the collection at this git revision on the same host, '
                              'each after one of this tree (A B A B ...), so both see the same machine; the two '
@@ -142,17 +148,29 @@ def main():
     if opts.vllm_stopped:
         extra += ['-e', '@benchmarks/demo-gpu-vllm-stopped.yml']
 
-    subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
-    subprocess.run(['podman', 'run', '-d', '--name', NAME, '--hostname', 'llm-demo', '--privileged',
-                    '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=4096:4096', *demo_container_options(),
-                    opts.image, '/sbin/init'], check=True, capture_output=True)
+    opts.keep = opts.keep or opts.reuse
+    if opts.reuse:
+        running = subprocess.run(['podman', 'container', 'inspect', '--format', '{{.State.Running}}', NAME],
+                                 capture_output=True, text=True, check=False).stdout.strip()
+        if running != 'true':
+            parser.error('--reuse needs the host a run with --keep left (podman container %s)' % NAME)
+    else:
+        subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
+        subprocess.run(['podman', 'run', '-d', '--name', NAME, '--hostname', 'llm-demo', '--privileged',
+                        '--ulimit', 'nofile=1024:1024', '--ulimit', 'nproc=4096:4096', *demo_container_options(),
+                        opts.image, '/sbin/init'], check=True, capture_output=True)
+    first = None
     try:
-        playbook('tests/simulated_host/prepare.yml', extra, env)
-        # A fresh host: site.yml stops after the driver for the reboot, then the same command goes on.
-        before_reboot, _out = playbook('playbooks/site.yml', extra, env, stops_for='reboot required')
-        reboot(NAME)
-        after_reboot, _out = playbook('playbooks/site.yml', extra, env)
-        first = before_reboot + after_reboot
+        if not opts.reuse:
+            playbook('tests/simulated_host/prepare.yml', extra, env)
+            # A fresh host: site.yml stops after the driver for the reboot, then the same command goes on.
+            before_reboot, _out = playbook('playbooks/site.yml', extra, env, stops_for='reboot required')
+            reboot(NAME)
+            after_reboot, _out = playbook('playbooks/site.yml', extra, env)
+            first = before_reboot + after_reboot
+        else:
+            # The first run after a change of the roles may change the host: not counted.
+            playbook('playbooks/site.yml', extra, env)
         trees = {'this tree': ROOT}
         if opts.compare:
             trees[opts.compare] = compare_tree(opts.compare)
@@ -169,10 +187,12 @@ def main():
                     runs[label]['roles'][role].append(value)
                 runs[label]['tasks'] = tasks
                 if label == 'this tree':
-                    slowest = sorted(task_times(report), key=lambda t: -t[2])[:15]
+                    last_tasks = list(task_times(report))
+                    slowest = sorted(last_tasks, key=lambda t: -t[2])[:15]
         reruns, role_seconds, task_count = (runs['this tree'][key] for key in ('seconds', 'roles', 'tasks'))
     finally:
-        subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
+        if not opts.keep:
+            subprocess.run(['podman', 'rm', '-f', NAME], capture_output=True, check=False)
 
     noop = statistics.median(reruns)
     print(machine_line())
@@ -180,7 +200,9 @@ def main():
           % (strategy, ', vLLM not started' if opts.vllm_stopped else ''))
     print('| measurement | runs | seconds |')
     print('| --- | ---: | ---: |')
-    print('| first converge (fresh host; the run that stops for the reboot, then the one after it) | 1 | %.1f |' % first)
+    if first is not None:
+        print('| first converge (fresh host; the run that stops for the reboot, then the one after it) | 1 | %.1f |'
+              % first)
     print('| no-op re-run, changed=0 (median) | %d | %.1f |' % (len(reruns), noop))
     if opts.compare:
         other = runs[opts.compare]
@@ -202,9 +224,12 @@ def main():
     out_dir = ROOT / 'build/bench'
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / ('site-%s%s.json' % (strategy, '-vllm-stopped' if opts.vllm_stopped else ''))).write_text(json.dumps({
-        'strategy': strategy, 'first_converge_s': round(first, 1), 'noop_s': [round(r, 1) for r in reruns],
+        'strategy': strategy, 'first_converge_s': round(first, 1) if first is not None else None,
+        'noop_s': [round(r, 1) for r in reruns],
         'noop_per_role_s': {r: round(statistics.median(v), 2) for r, v in role_seconds.items()},
         'tasks_per_role': dict(task_count),
+        # The last no-op re-run task by task, to see what a role added.
+        'last_noop_tasks': [{'role': role, 'task': name, 'seconds': round(value, 3)} for role, name, value in last_tasks],
         'compare': {'ref': opts.compare, 'noop_s': [round(r, 1) for r in runs[opts.compare]['seconds']],
                     'noop_per_role_s': {r: round(statistics.median(v), 2)
                                         for r, v in runs[opts.compare]['roles'].items()},
