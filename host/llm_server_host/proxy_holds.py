@@ -41,6 +41,8 @@ LOG = logging.getLogger('llm-proxy-holds')
 NAME_RE = re.compile(r'^[A-Za-z0-9_.@-]+$')
 SUFFIX = '.conf'
 COMMAND_TIMEOUT_S = 60
+# How many times one run syncs again because the holds changed while it ran.
+MAX_ROUNDS = 10
 
 
 class ConfigError(ValueError):
@@ -124,19 +126,28 @@ def main(argv=None):
     run.add_argument('--no-reload', action='store_true')
     args = parser.parse_args(argv)
     _log.setup(LOG.name)
-    try:
-        config = load_config(args.config)
-        changes = sync(config)
-    except (ConfigError, OSError) as exc:
-        LOG.error('%s', exc)
-        return 2
-    for line in changes:
-        print(line)
-    if changes and not args.no_reload:
-        why = reload_nginx(config)
-        if why:
-            LOG.error('nginx was not reloaded: %s', why)
-            return 1
+    # systemd's path unit does not start this service again for a hold
+    # written while it runs (PathChanged= while the service is active is
+    # lost): the holds read before each round are read again after it, and
+    # a change made meanwhile is synced in another round.
+    for _round in range(MAX_ROUNDS):
+        try:
+            config = load_config(args.config)
+            before = _holds.read(config['hold_dir'])[0]
+            changes = sync(config)
+        except (ConfigError, OSError) as exc:
+            LOG.error('%s', exc)
+            return 2
+        for line in changes:
+            print(line, flush=True)
+        if changes and not args.no_reload:
+            why = reload_nginx(config)
+            if why:
+                LOG.error('nginx was not reloaded: %s', why)
+                return 1
+        if _holds.read(config['hold_dir'])[0] == before:
+            return 0
+    LOG.warning('the holds kept changing over %d rounds; the next change syncs again', MAX_ROUNDS)
     return 0
 
 

@@ -35,9 +35,14 @@ class Proxy:
         self.log = root / 'systemctl.log'
         self.nginx_state = root / 'nginx-active'
         self.nginx_state.write_text('0')
+        # During a reload the stand-in runs reload-hook once if it is there: a hold written while the
+        # service runs, which systemd's path unit would not start it again for.
+        self.hook = root / 'reload-hook'
         (root / 'systemctl').write_text(
             '#!/bin/sh\necho "$@" >> "%s"\n'
-            'if [ "$1" = is-active ]; then exit $(cat "%s"); fi\nexit 0\n' % (self.log, self.nginx_state))
+            'if [ "$1" = reload ] && [ -f "%s" ]; then sh "%s"; rm -f "%s"; fi\n'
+            'if [ "$1" = is-active ]; then exit $(cat "%s"); fi\nexit 0\n'
+            % (self.log, self.hook, self.hook, self.hook, self.nginx_state))
         (root / 'systemctl').chmod(0o755)
         self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'host'))
         self.configure({'vllm-a': {'unit': 'vllm-a.service', 'server': ACTIVE},
@@ -94,6 +99,24 @@ def test_a_held_engine_is_marked_down_until_every_holder_lets_go(proxy):
     assert released.stdout.splitlines() == ['vllm-a: up']
     assert proxy.lines()['vllm-a'] == 'server %s;\n' % ACTIVE
     assert proxy.reloads() == 2
+
+
+def test_a_hold_written_while_it_runs_is_synced_before_it_ends(proxy):
+    proxy.nginx_state.write_text('0')
+    proxy.sync()
+    reloads = proxy.reloads()
+    # The owner holds vllm-b while the run for the UPS's hold of vllm-a reloads nginx.
+    proxy.hook.write_text('%s -c "from llm_server_host import holds; holds.write(%r, \'owner\', '
+                          '{\'vllm-b.service\': [{\'reason\': \'new fan\', \'since\': 2.0}]}, persistent=True)"\n'
+                          % (sys.executable, proxy.hold_dir))
+    _holds.write(proxy.hold_dir, 'ups', {'vllm-a.service': [{'reason': 'on battery', 'since': 1.0}]})
+    run = proxy.sync()
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ['vllm-a: down, held by the UPS (on battery)',
+                                       'vllm-b: down, held by the owner (new fan)']
+    # One round for each change: the second one starts because the holds differ from those read first.
+    assert not proxy.hook.exists() and proxy.reloads() == reloads + 2
+    assert all(line.endswith(' down;\n') for line in proxy.lines().values())
 
 
 def test_no_reload_while_nginx_is_stopped_or_asked_not_to(proxy):
