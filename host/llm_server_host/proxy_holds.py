@@ -78,11 +78,8 @@ def render(engine, holders):
             'server %s down;\n' % engine['server'])
 
 
-def sync(config):
-    """Writes the include files; returns the lines that say what changed."""
-    holds, problems = _holds.read(config['hold_dir'])
-    for problem in problems:
-        LOG.warning('hold file left out: %s', problem)
+def sync(config, holds):
+    """Writes the include files for HOLDS (holds.read's); returns the lines that say what changed."""
     os.makedirs(config['engines_dir'], mode=0o755, exist_ok=True)
     changes = []
     for name, engine in sorted(config['engines'].items()):
@@ -133,8 +130,10 @@ def main(argv=None):
     for _round in range(MAX_ROUNDS):
         try:
             config = load_config(args.config)
-            before = _holds.read(config['hold_dir'])[0]
-            changes = sync(config)
+            before, problems = _holds.read(config['hold_dir'])
+            for problem in problems:
+                LOG.warning('hold file left out: %s', problem)
+            changes = sync(config, before)
         except (ConfigError, OSError) as exc:
             LOG.error('%s', exc)
             return 2
