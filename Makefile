@@ -9,6 +9,7 @@ BIN := $(VENV)/bin
 BUILD := build
 NVML_DOUBLE := $(BUILD)/nvml/libnvidia-ml.so.1
 WHEELS := $(BUILD)/wheels
+WHEELS_S3 := $(BUILD)/wheels-s3
 IMAGE_FILE := $(BUILD)/test-image
 # llama.cpp comes from the llama-cpp-python sdist on PyPI, which vendors its
 # full source; LLAMACPP_COMMIT is the llama.cpp commit that sdist vendors
@@ -123,7 +124,16 @@ $(WHEELS)/.done: requirements.txt | venv
 	touch $@
 
 .PHONY: wheels
-wheels: $(WHEELS)/.done
+wheels: $(WHEELS)/.done $(WHEELS_S3)/.done
+
+# moto's S3 server with its dependencies, for the backup scenario's bucket
+# (tests/s3/requirements.txt), for the test hosts' Python (Debian 12's 3.11).
+$(WHEELS_S3)/.done: tests/s3/requirements.txt | venv
+	mkdir -p $(WHEELS_S3)
+	$(BIN)/pip download --quiet --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
+	  -d $(WHEELS_S3) -r tests/s3/requirements.txt
+	touch $@
 
 # Prebuilt CPU llama-server for the llamacpp role and the serving tests
 # (about 5.5 minutes on 2 CPUs), cached by sdist pin and build scripts.

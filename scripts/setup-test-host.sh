@@ -8,11 +8,12 @@
 # the stand-in home router of the remote scenario, chromium (headless) for
 # screenshots and render checks of the Prometheus console pages
 # (tests/monitoring/screenshot.py), libfuse2 for the FUSE file system whose
-# reads never return (tests/fuse/stuck_fs.py: a call stuck in the kernel).
+# reads never return (tests/fuse/stuck_fs.py: a call stuck in the kernel),
+# rclone for llm-backup's unit tests (its crypt remote over a local folder).
 set -euo pipefail
 
 need=()
-for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client nftables chromium libfuse2; do
+for pkg in podman runc debootstrap gcc g++ cmake git make python3-venv rsync shellcheck apt-utils gnupg openssh-client nftables chromium libfuse2 rclone; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -163,6 +163,8 @@ def test_the_scenarios_that_need_no_build_are_known_and_first_day_waits_for_vllm
     assert needs["first_day"] == {"wheels", "vllm"}
     assert needs["vllm_cpu"] >= {"vllm"}
     assert needs["remote"] == {"wheels", "llamacpp"}
+    # moto's wheels (build/wheels-s3) come with the wheels group.
+    assert needs["backup"] == {"wheels"}
     assert needs["llamacpp"] == needs["monitoring"] == {"llamacpp"}
 
 
