@@ -431,11 +431,15 @@ class Backup:
             record.update(stamp=entry['name'].split('_', 1)[1], snapshot=entry['name'], sources={})
             manifests = self._path('manifests', record['stamp'])
             os.makedirs(manifests, mode=0o700, exist_ok=True)
-            previous = runs['runs'][-1] if runs['runs'] else None
-            for source in self.sources:
-                if source.offsite:
-                    record['sources'][source.name] = self._copy_source(entry, source, record['stamp'], manifests,
-                                                                       previous)
+            # What the remote holds: the last copy that succeeded (a failed one may have stopped half-way).
+            previous = runs.get('last_success')
+            # Every source is read and judged before anything is sent: a refused one leaves the remote untouched.
+            with contextlib.ExitStack() as views:
+                plans = [self._plan_source(views, entry, source, previous)
+                         for source in self.sources if source.offsite]
+                for source, view, manifest in plans:
+                    record['sources'][source.name] = self._copy_source(source, view, manifest, record['stamp'],
+                                                                       manifests, previous)
             record['result'] = 'ok'
             record['seconds'] = round(self.clock() - started, 3)
         except BackupError as exc:
@@ -450,36 +454,43 @@ class Backup:
             self.metrics()
         return record
 
-    def _copy_source(self, entry, source, stamp, manifests, previous):
-        had_files = bool(previous and previous.get('result') == 'ok'
-                         and previous.get('sources', {}).get(source.name, {}).get('files'))
-        with self.view(entry, source) as view:
-            manifest = backup_manifest.build(view)
-            regular = [path for path, item in manifest.items() if item['type'] == 'file']
-            if not regular and had_files:
+    def _plan_source(self, views, entry, source, previous):
+        """(SOURCE, its view, its manifest) once the guards let it be copied; its manifest None when it holds no
+        file and never did."""
+        view = views.enter_context(self.view(entry, source))
+        manifest = backup_manifest.build(view)
+        if not any(item['type'] == 'file' for item in manifest.values()):
+            copied = (previous or {}).get('sources', {}).get(source.name, {}).get('files') \
+                if (previous or {}).get('result') == 'ok' else 0
+            if copied:
                 # An emptied or unmounted source would make sync delete the whole copy (rclone#4298, #1032).
-                raise BackupError('%s (%s) holds no file: refusing to sync it over the off-site copy, which holds '
-                                  '%d' % (source.name, source.root, previous['sources'][source.name]['files']))
-            if not regular:
-                # Nothing there yet (no model store, no WireGuard on this host): nothing to copy, nothing to delete.
-                return {'files': 0, 'bytes': 0, 'deleted': [], 'overwritten': [], 'skipped': 'holds no file'}
-            long_names = [path for path in manifest if len(os.path.basename(path).encode()) > NAME_LIMIT]
-            if long_names:
-                raise BackupError('%s: names longer than %d bytes cannot be encrypted (rclone#2040): %s'
-                                  % (source.name, NAME_LIMIT, ', '.join(long_names[:5])))
-            local_manifest = os.path.join(manifests, source.name + '.json')
-            files.write_atomically(local_manifest, json.dumps({'version': backup_manifest.VERSION,
-                                                               'entries': manifest}, sort_keys=True) + '\n', mode=0o600)
-            history = self._remote('history', stamp, source.name)
-            flags = ['--skip-links', '--create-empty-src-dirs', '--max-delete', str(self.offsite.get('max_delete', 1000))]
-            if self.offsite.get('bwlimit'):
-                flags += ['--bwlimit', self.offsite['bwlimit']]
-            self._rclone('sync', view, self._remote('current', source.name), '--backup-dir', history, *flags)
-            self._rclone('copyto', local_manifest, self._remote('meta', source.name + '.json'),
-                         '--backup-dir', self._remote('history', stamp, 'meta'))
-            self._rclone('cryptcheck', '--skip-links', view, self._remote('current', source.name))
+                raise BackupError('%s (%s) holds no file: refusing to sync it over the off-site copy, which holds %d'
+                                  % (source.name, source.root, copied))
+            # Nothing there yet (no model store, no WireGuard on this host): nothing to copy, nothing to delete.
+            return source, view, None
+        long_names = [path for path in manifest if len(os.path.basename(path).encode()) > NAME_LIMIT]
+        if long_names:
+            raise BackupError('%s: names longer than %d bytes cannot be encrypted (rclone#2040): %s'
+                              % (source.name, NAME_LIMIT, ', '.join(long_names[:5])))
+        return source, view, manifest
+
+    def _copy_source(self, source, view, manifest, stamp, manifests, previous):
+        if manifest is None:
+            return {'files': 0, 'bytes': 0, 'deleted': [], 'overwritten': [], 'skipped': 'holds no file'}
+        regular = [path for path, item in manifest.items() if item['type'] == 'file']
+        local_manifest = os.path.join(manifests, source.name + '.json')
+        files.write_atomically(local_manifest, json.dumps({'version': backup_manifest.VERSION,
+                                                           'entries': manifest}, sort_keys=True) + '\n', mode=0o600)
+        flags = ['--skip-links', '--create-empty-src-dirs', '--max-delete', str(self.offsite.get('max_delete', 1000))]
+        if self.offsite.get('bwlimit'):
+            flags += ['--bwlimit', self.offsite['bwlimit']]
+        self._rclone('sync', view, self._remote('current', source.name),
+                     '--backup-dir', self._remote('history', stamp, source.name), *flags)
+        self._rclone('copyto', local_manifest, self._remote('meta', source.name + '.json'),
+                     '--backup-dir', self._remote('history', stamp, 'meta'))
+        self._rclone('cryptcheck', '--skip-links', view, self._remote('current', source.name))
         gone, overwritten = [], []
-        if had_files:
+        if previous and previous.get('result') == 'ok' and previous.get('sources', {}).get(source.name, {}).get('files'):
             before = self._manifest(previous['stamp'], source.name)
             for path, item in before.items():
                 if item['type'] != 'file':
@@ -626,18 +637,22 @@ class Backup:
         """Restore one file that a recent copy deleted or overwrote from history, and compare it with the copy
         before."""
         ok_runs = [record for record in runs['runs'] if record.get('result') == 'ok']
-        for later, earlier in zip(reversed(ok_runs[1:]), reversed(ok_runs[:-1])):
-            for name, found in later.get('sources', {}).items():
-                for path in found.get('deleted', []) + found.get('overwritten', []):
-                    try:
-                        expected = self._manifest(earlier['stamp'], name)[path]
-                    except (BackupError, KeyError):
-                        continue
-                    target = os.path.join(place, '.history', name, path)
-                    self._rclone('copyto', self._remote('history', later['stamp'], name, path), target)
-                    found_sha = backup_manifest.describe(target).get('sha256')
-                    return {'path': path, 'source': name, 'stamp': later['stamp'],
-                            'result': 'ok' if found_sha == expected['sha256'] else 'failed'}
+        candidates = [(later, earlier, name, path)
+                      for kind in ('deleted', 'overwritten')
+                      for later, earlier in zip(reversed(ok_runs[1:]), reversed(ok_runs[:-1]))
+                      for name, found in sorted(later.get('sources', {}).items())
+                      for path in found.get(kind, [])]
+        # A deleted file first: the case a history is for.
+        for later, earlier, name, path in candidates:
+            try:
+                expected = self._manifest(earlier['stamp'], name)[path]
+            except (BackupError, KeyError):
+                continue
+            target = os.path.join(place, '.history', name, path)
+            self._rclone('copyto', self._remote('history', later['stamp'], name, path), target)
+            found_sha = backup_manifest.describe(target).get('sha256')
+            return {'path': path, 'source': name, 'stamp': later['stamp'],
+                    'result': 'ok' if found_sha == expected['sha256'] else 'failed'}
         return {'result': 'skipped', 'why': 'no file was deleted or overwritten in the last %d copies' % len(ok_runs)}
 
     # Metrics ---------------------------------------------------------------------------------------------------

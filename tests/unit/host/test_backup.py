@@ -314,3 +314,18 @@ def test_a_restore_in_place_puts_the_copy_back_on_a_new_disk_and_keeps_what_is_t
     assert after == before
     assert (tmp_path / 'root' / 'etc' / 'wireguard' / 'wg0.key').read_text() == 'wg private\n'
     assert (tmp_path / 'root' / 'etc' / 'other').read_text() == 'not backed up\n'
+
+
+@needs_rclone
+def test_a_refused_source_stops_the_copy_before_any_source_is_sent_and_stays_refused(offsite, tmp_path):
+    settings, bucket = offsite
+    engine = backup.Backup(settings)
+    engine.copy_offsite()
+    before = sorted(_all_names(bucket))
+    (tmp_path / 'etc-llm-server' / 'instances' / 'qwen.json').write_text('{"port": 9000}\n')
+    shutil.rmtree(tmp_path / 'root' / 'etc' / 'wireguard')
+    for _attempt in range(2):
+        with pytest.raises(backup.BackupError, match='keys .* holds no file: refusing to sync'):
+            engine.copy_offsite()
+    # The changed configuration was not sent either: the run stopped before any sync.
+    assert sorted(_all_names(bucket)) == before
