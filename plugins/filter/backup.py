@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _backup, _rclone
+from ansible_collections.homelab.llm_server.plugins.module_utils import _backup_settings, _rclone
 
 
 def _kind(value):
@@ -51,21 +51,21 @@ def backup_errors(settings):
     """What is wrong with the backup role's settings; [] when nothing is."""
     if not isinstance(settings, dict):
         raise AnsibleFilterError('backup_errors: expects a dict of backup settings')
-    return _backup.backup_errors(settings)
+    return _backup_settings.backup_errors(settings)
 
 
 def backup_sources(sources, zfs_mounts=None):
     """The sources, each with the ZFS dataset mounted at its root (or none)."""
     if not isinstance(sources, list):
         raise AnsibleFilterError('backup_sources: expects the list of backup_sources')
-    return _backup.backup_sources(sources, zfs_mounts or [])
+    return _backup_settings.backup_sources(sources, zfs_mounts or [])
 
 
 def restore_drill_lines(report):
     """The restore drill's report as lines of a table."""
     if not isinstance(report, dict):
         raise AnsibleFilterError('restore_drill_lines: expects the report of llm-backup drill (a dict)')
-    return _backup.restore_drill_lines(report)
+    return _backup_settings.restore_drill_lines(report)
 
 
 class FilterModule(object):

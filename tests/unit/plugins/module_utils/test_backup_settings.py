@@ -10,7 +10,7 @@ import os
 
 import yaml
 
-from ansible_collections.homelab.llm_server.plugins.module_utils import _backup
+from ansible_collections.homelab.llm_server.plugins.module_utils import _backup_settings
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 
@@ -39,21 +39,21 @@ def settings(**changes):
 
 
 def test_the_role_defaults_with_the_vault_secrets_are_right():
-    assert _backup.backup_errors(settings()) == []
-    assert _backup.backup_errors(settings(offsite_enabled=False, remotes={})) == []
+    assert _backup_settings.backup_errors(settings()) == []
+    assert _backup_settings.backup_errors(settings(offsite_enabled=False, remotes={})) == []
 
 
 def test_an_unencrypted_remote_while_encryption_is_on_is_refused_without_quoting_a_secret():
     remotes = settings()['remotes']
-    errors = _backup.backup_errors(settings(remote='llm-backup-s3'))
+    errors = _backup_settings.backup_errors(settings(remote='llm-backup-s3'))
     assert errors == ["backup_offsite_remote 'llm-backup-s3' is an rclone remote of type s3, which copies in the "
                       'clear, while backup_offsite_encrypt is true: name a remote of type crypt whose remote is the '
                       'bucket (the default backup_offsite_remotes shows one), or set backup_offsite_encrypt: false '
                       'to copy unencrypted.']
-    assert _backup.backup_errors(settings(remote='llm-backup-s3', encrypt=False)) == []
+    assert _backup_settings.backup_errors(settings(remote='llm-backup-s3', encrypt=False)) == []
     remotes['llm-backup']['filename_encryption'] = 'off'
     remotes['llm-backup']['password2'] = ''
-    errors = _backup.backup_errors(settings(remotes=remotes))
+    errors = _backup_settings.backup_errors(settings(remotes=remotes))
     assert errors == ["backup_offsite_remotes 'llm-backup': filename_encryption must be standard (names encrypted) "
                       'while backup_offsite_encrypt is true.',
                       "backup_offsite_remotes 'llm-backup' needs password2 (from the vault, e.g. "
@@ -62,21 +62,21 @@ def test_an_unencrypted_remote_while_encryption_is_on_is_refused_without_quoting
 
 
 def test_a_missing_remote_a_wrong_timetable_and_bad_numbers_are_named():
-    assert _backup.backup_errors(settings(remote='elsewhere')) == [
+    assert _backup_settings.backup_errors(settings(remote='elsewhere')) == [
         "backup_offsite_remote 'elsewhere' is not one of backup_offsite_remotes (llm-backup, llm-backup-s3)."]
-    errors = _backup.backup_errors(settings(bwlimit='fast at night', max_delete='all', change_keep=0,
+    errors = _backup_settings.backup_errors(settings(bwlimit='fast at night', max_delete='all', change_keep=0,
                                             drill_parts='four', drill_schedule=''))
     assert any(e.startswith("backup_offsite_bwlimit 'fast at night' is not rclone's --bwlimit") for e in errors)
     assert "backup_offsite_max_delete 'all' must be a whole number of files, 1 or more." in errors
     assert 'backup_change_snapshots_keep 0 must be a whole number, 1 or more.' in errors
     assert any(e.startswith("backup_drill_parts 'four' must be a whole number") for e in errors)
     assert any(e.startswith("backup_drill_schedule '' must be a systemd calendar expression") for e in errors)
-    assert _backup.backup_errors(settings(bwlimit='10M')) == []
-    assert _backup.backup_errors(settings(bwlimit='Mon-08:00,512k Sat-00:00,off')) == []
+    assert _backup_settings.backup_errors(settings(bwlimit='10M')) == []
+    assert _backup_settings.backup_errors(settings(bwlimit='Mon-08:00,512k Sat-00:00,off')) == []
 
 
 def test_sources_are_named_once_with_relative_paths_and_never_hold_the_state_directory():
-    errors = _backup.backup_errors(settings(sources=[
+    errors = _backup_settings.backup_errors(settings(sources=[
         {'name': 'config', 'root': '/etc/llm-server'},
         {'name': 'config', 'root': 'var/lib'},
         {'name': 'Keys', 'root': '/', 'include': ['/etc/wireguard', 'etc/../root']},
@@ -96,7 +96,7 @@ def test_sources_are_named_once_with_relative_paths_and_never_hold_the_state_dir
 def test_a_source_on_a_mounted_dataset_is_snapshotted_by_zfs_and_any_other_is_staged():
     lines = ['tank\tnone\tno', 'tank/llm-server/config\t/etc/llm-server\tyes',
              'tank/llm-server/state\t/var/lib/llm-server\tno', 'tank/llm-server/models\t/srv/models\tyes']
-    sources = _backup.backup_sources(defaults()['backup_sources'], lines)
+    sources = _backup_settings.backup_sources(defaults()['backup_sources'], lines)
     assert [(s['name'], s.get('dataset'), s['rollback'], s['offsite']) for s in sources] == [
         ('config', 'tank/llm-server/config', True, True),
         ('state', None, True, True),
@@ -104,7 +104,7 @@ def test_a_source_on_a_mounted_dataset_is_snapshotted_by_zfs_and_any_other_is_st
         ('models', None, False, True),
     ]
     assert sources[3]['include'] == ['manifests']
-    assert _backup.backup_sources(defaults()['backup_sources'], [])[0]['dataset'] is None
+    assert _backup_settings.backup_sources(defaults()['backup_sources'], [])[0]['dataset'] is None
 
 
 def test_the_drill_report_reads_as_a_table():
@@ -112,7 +112,7 @@ def test_the_drill_report_reads_as_a_table():
               'seconds': 3.25, 'phases': {'restore config': 1.5, 'check config': 0.25, 'history': 0.5},
               'sources': {'config': {'files': 12, 'bytes': 3456, 'checked': 5, 'differences': []}},
               'history': {'path': 'a.json', 'source': 'config', 'stamp': '2026-11-29T074500Z', 'result': 'ok'}}
-    lines = _backup.restore_drill_lines(report)
+    lines = _backup_settings.restore_drill_lines(report)
     assert lines[0] == 'restore drill of the copy 2026-11-29T074500Z (part 2 of 4): ok in 3.2 s'
     assert lines[2].split() == ['config', '12', '3456', '5', '0', '1.50', '0.25']
     assert lines[3] == 'history: config/a.json from the copy of 2026-11-29T074500Z: ok (0.50 s)'
@@ -120,6 +120,6 @@ def test_the_drill_report_reads_as_a_table():
                   sources={'config': {'files': 1, 'bytes': 1, 'checked': 1,
                                       'differences': [{'path': 'x', 'problem': 'missing'}]}},
                   history={'result': 'skipped', 'why': 'no file was deleted'})
-    lines = _backup.restore_drill_lines(failed)
+    lines = _backup_settings.restore_drill_lines(failed)
     assert 'error: differences in config' in lines and '  x: missing' in lines
     assert lines[-1] == 'history: skipped (no file was deleted)'
