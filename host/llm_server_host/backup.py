@@ -183,7 +183,9 @@ def make_like(target, wanted, source_root=None, present=None, prune=True):
         elif entry['type'] == 'file':
             if source_root is not None and (found is None or found.get('sha256') != entry['sha256']):
                 partial = full + '.llm-backup-partial'
-                shutil.copyfile(os.path.join(source_root, path), partial)
+                # With its modification time: rclone compares size and time, and a file with a new time would be
+                # sent again, its earlier copy moved to history, every night.
+                shutil.copy2(os.path.join(source_root, path), partial)
                 os.replace(partial, full)
             elif source_root is None and found is None:
                 raise BackupError('%s is missing from the restored copy' % full)
@@ -479,8 +481,17 @@ class Backup:
             return {'files': 0, 'bytes': 0, 'deleted': [], 'overwritten': [], 'skipped': 'holds no file'}
         regular = [path for path, item in manifest.items() if item['type'] == 'file']
         local_manifest = os.path.join(manifests, source.name + '.json')
-        files.write_atomically(local_manifest, json.dumps({'version': backup_manifest.VERSION,
-                                                           'entries': manifest}, sort_keys=True) + '\n', mode=0o600)
+        text = json.dumps({'version': backup_manifest.VERSION, 'entries': manifest}, sort_keys=True) + '\n'
+        files.write_atomically(local_manifest, text, mode=0o600)
+        if previous and previous.get('stamp'):
+            earlier = self._path('manifests', previous['stamp'], source.name + '.json')
+            with contextlib.suppress(OSError):
+                with open(earlier, encoding='utf-8') as handle:
+                    unchanged = handle.read() == text
+                if unchanged:
+                    # The same manifest keeps its time: rclone leaves the remote's copy (and its history) alone.
+                    stat = os.stat(earlier)
+                    os.utime(local_manifest, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         flags = ['--skip-links', '--create-empty-src-dirs', '--max-delete', str(self.offsite.get('max_delete', 1000))]
         if self.offsite.get('bwlimit'):
             flags += ['--bwlimit', self.offsite['bwlimit']]

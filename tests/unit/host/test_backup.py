@@ -329,3 +329,20 @@ def test_a_refused_source_stops_the_copy_before_any_source_is_sent_and_stays_ref
             engine.copy_offsite()
     # The changed configuration was not sent either: the run stopped before any sync.
     assert sorted(_all_names(bucket)) == before
+
+
+@needs_rclone
+def test_a_copy_without_a_change_sends_nothing_and_moves_nothing_to_history(offsite, tmp_path):
+    settings, bucket = offsite
+    engine = backup.Backup(settings)
+    engine.copy_offsite()
+
+    def objects():
+        return {os.path.join(folder, name): os.stat(os.path.join(folder, name)).st_mtime_ns
+                for folder, _dirs, names in os.walk(bucket) for name in names}
+
+    before = objects()
+    second = engine.copy_offsite()
+    assert second['result'] == 'ok'
+    # The staged snapshot keeps each file's time, so rclone finds every object already there.
+    assert objects() == before
