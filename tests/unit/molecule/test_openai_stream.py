@@ -112,6 +112,7 @@ def test_a_backend_killed_mid_stream_ends_the_stream_with_an_error(server, key_f
     assert result['finish_reason'] is None
     assert result['error_type'] == 'openai.APIConnectionError', result
     assert result['seconds_kill_to_end'] < 5
+    assert 0 <= result['seconds_killed_to_end'] <= result['seconds_kill_to_end']
 
 
 def test_a_kill_without_its_command_is_refused(key_file):
