@@ -10,6 +10,8 @@
     llm-backup drill [--sample]           restore the latest off-site copy into an empty place and compare it, byte for byte,
                                           with the manifest kept on this host; restore a deleted file from history
     llm-backup restore --into DIR         restore the latest off-site copy with the remote's own manifests (a fresh host)
+    llm-backup restore --in-place         the same, each source where it belongs (a new disk); what it restored is noted
+    llm-backup check-restore              compare what --in-place restored with the files now (after site.yml ran)
     llm-backup metrics                    write the metrics textfile (snapshot ages, pool health, last copy, last drill)
 
 A source is a tree: a directory (ROOT) or chosen paths under it (INCLUDE). On a host with ZFS a source on a dataset is
@@ -27,6 +29,7 @@ import argparse
 import contextlib
 import datetime
 import fcntl
+import fnmatch
 import hashlib
 import json
 import os
@@ -570,13 +573,44 @@ class Backup:
     def restore_in_place(self, sources=None):
         """Restore the latest copy where each source belongs: through an empty place, then the copy's paths made
         like the copy over what is there (what the role wrote since, such as llm-backup's own settings, stays)."""
+        record = {'version': VERSION, 'time': self.clock(), 'sources': {}}
         with self._place(None) as place:
             restored, phases = self.restore(place, sources=sources)
             for source in self.sources:
                 if source.name in restored:
                     copy = os.path.join(place, source.name)
-                    make_like(source.root, backup_manifest.build(copy), copy, present=source.manifest(), prune=False)
+                    wanted = backup_manifest.build(copy)
+                    make_like(source.root, wanted, copy, present=source.manifest(), prune=False)
+                    record['sources'][source.name] = {'root': source.root, 'entries': wanted}
+        # What went back where: the playbook that runs site.yml next checks that the roles left it as it is.
+        self._write('restored.json', record)
         return restored, phases
+
+    def check_restored(self, may_change=()):
+        """Compare each path the last in-place restore put back with what is there now: the roles that ran since
+        should have found their files as they would write them. MAY_CHANGE holds SOURCE:GLOB patterns of paths
+        expected to change (the gate's figures of a release that passed again); they are listed, not failed."""
+        record = self._read('restored.json', None)
+        if not record:
+            raise BackupError('nothing was restored in place on this host (%s is missing)'
+                              % self._path('restored.json'))
+        report = {'restored_at': record['time'], 'sources': {}, 'changed_as_expected': []}
+        problems = []
+        for name, restored in sorted(record['sources'].items()):
+            result = backup_manifest.compare_present(restored['entries'], restored['root'])
+            unexpected = []
+            for difference in result['differences']:
+                if any(fnmatch.fnmatchcase('%s:%s' % (name, difference['path']), pattern) for pattern in may_change):
+                    report['changed_as_expected'].append(dict(difference, source=name))
+                else:
+                    unexpected.append(difference)
+            report['sources'][name] = {'checked': result['checked'], 'differences': unexpected[:50]}
+            if unexpected:
+                problems.append(name)
+        report['result'] = 'failed' if problems else 'ok'
+        if problems:
+            report['error'] = 'restored files changed since the restore in ' + ', '.join(problems)
+        return report
 
     def last_success(self):
         record = self._read('offsite.json', {'runs': []}).get('last_success')
@@ -740,6 +774,10 @@ def _parser():
                        help="each source restored where it belongs (a new disk): the copy's files replace what "
                             'is there, and nothing else is removed')
     restore.add_argument('--source', action='append')
+    check = commands.add_parser('check-restore',
+                                help='compare what the last in-place restore put back with the files now')
+    check.add_argument('--may-change', action='append', default=[], metavar='SOURCE:GLOB',
+                       help='paths expected to change since (listed, not failed), such as state:releases/*bench.json')
     commands.add_parser('metrics', help='write the metrics textfile')
     return parser
 
@@ -762,6 +800,13 @@ def main(argv=None):
             return 0
         if args.command == 'metrics':
             backup.metrics()
+            return 0
+        if args.command == 'check-restore':
+            report = backup.check_restored(args.may_change)
+            print(json.dumps(report, indent=1, sort_keys=True))
+            if report['result'] != 'ok':
+                logger.error('%s', report['error'])
+                return EXIT_FAILED
             return 0
         with backup.locked():
             if args.command == 'snapshot':

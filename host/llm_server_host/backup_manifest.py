@@ -77,26 +77,31 @@ def in_part(path, part, parts):
 def compare(expected, root, part=0, parts=1):
     """The differences between the manifest EXPECTED and the tree at ROOT, for the paths of one part:
     [{'path', 'problem', ...}], empty when the part is restored exactly."""
-    differences = []
-    wanted = [path for path in expected if in_part(path, part, parts)]
-    for path in wanted:
-        full = os.path.normpath(os.path.join(root, path))
-        try:
-            found = describe(full)
-        except FileNotFoundError:
-            differences.append({'path': path, 'problem': 'missing'})
-            continue
-        changed = {key: {'expected': value, 'found': found.get(key)}
-                   for key, value in expected[path].items() if found.get(key) != value}
-        if changed:
-            differences.append({'path': path, 'problem': 'differs', 'fields': changed})
+    result = compare_present({path: entry for path, entry in expected.items() if in_part(path, part, parts)}, root)
     # A path the backup never had is a difference too (a restore into a place that was not empty).
     for folder, dirs, names in os.walk(root):
         for name in dirs + names:
             path = os.path.relpath(os.path.join(folder, name), root)
             if path not in expected and in_part(path, part, parts):
-                differences.append({'path': path, 'problem': 'not in the manifest'})
-    return {'checked': len(wanted), 'differences': differences}
+                result['differences'].append({'path': path, 'problem': 'not in the manifest'})
+    return result
+
+
+def compare_present(expected, root):
+    """The differences between the manifest EXPECTED and the same paths under ROOT, which may hold other paths too
+    (a live tree: only what EXPECTED names is compared)."""
+    differences = []
+    for path, entry in sorted(expected.items()):
+        try:
+            found = describe(os.path.normpath(os.path.join(root, path)))
+        except FileNotFoundError:
+            differences.append({'path': path, 'problem': 'missing'})
+            continue
+        changed = {key: {'expected': value, 'found': found.get(key)}
+                   for key, value in entry.items() if found.get(key) != value}
+        if changed:
+            differences.append({'path': path, 'problem': 'differs', 'fields': changed})
+    return {'checked': len(expected), 'differences': differences}
 
 
 def _parser():

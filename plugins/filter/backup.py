@@ -68,6 +68,13 @@ def restore_drill_lines(report):
     return _backup_settings.restore_drill_lines(report)
 
 
+def restore_check_lines(report):
+    """llm-backup check-restore's report as lines of a table."""
+    if not isinstance(report, dict):
+        raise AnsibleFilterError('restore_check_lines: expects the report of llm-backup check-restore (a dict)')
+    return _backup_settings.restore_check_lines(report)
+
+
 class FilterModule(object):
     """Backup filters."""
 
@@ -76,5 +83,6 @@ class FilterModule(object):
             'backup_errors': backup_errors,
             'backup_sources': backup_sources,
             'rclone_obscure': rclone_obscure,
+            'restore_check_lines': restore_check_lines,
             'restore_drill_lines': restore_drill_lines,
         }

@@ -202,3 +202,19 @@ def restore_drill_lines(report):
     elif history:
         lines.append('history: %s (%s)' % (history.get('result'), history.get('why', '')))
     return lines
+
+
+def restore_check_lines(report):
+    """llm-backup check-restore's report (what site.yml did to the files an in-place restore put back) as lines."""
+    lines = ['restored files after site.yml: %s' % report.get('result', '?')]
+    if report.get('error'):
+        lines.append('error: %s' % report['error'])
+    lines.append('%-12s %8s %8s' % ('source', 'checked', 'changed'))
+    for name, found in sorted(report.get('sources', {}).items()):
+        lines.append('%-12s %8d %8d' % (name, found.get('checked', 0), len(found.get('differences', []))))
+        for difference in found.get('differences', [])[:5]:
+            lines.append('  %s: %s %s' % (difference.get('path'), difference.get('problem'),
+                                          ', '.join(sorted(difference.get('fields', {})))))
+    for difference in report.get('changed_as_expected', []):
+        lines.append('changed as expected: %s/%s' % (difference.get('source'), difference.get('path')))
+    return [line.rstrip() for line in lines]

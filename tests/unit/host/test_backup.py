@@ -317,6 +317,41 @@ def test_a_restore_in_place_puts_the_copy_back_on_a_new_disk_and_keeps_what_is_t
 
 
 @needs_rclone
+def test_check_restore_finds_what_changed_since_the_restore_in_place_and_lists_what_may(offsite, tmp_path):
+    settings, _bucket = offsite
+    backup.Backup(settings).copy_offsite()
+    shutil.rmtree(tmp_path / 'etc-llm-server')
+    fresh = backup.Backup(dict(settings, state_dir=str(tmp_path / 'new-state')))
+    with pytest.raises(backup.BackupError, match='nothing was restored in place on this host'):
+        fresh.check_restored()
+    fresh.restore_in_place()
+    # The roles ran since: they wrote a file of their own and found the restored ones as they would write them.
+    (tmp_path / 'etc-llm-server' / 'instances' / 'other.json').write_text('{}\n')
+    assert fresh.check_restored() == {'restored_at': fresh.check_restored()['restored_at'], 'result': 'ok',
+                                      'changed_as_expected': [],
+                                      'sources': {'config': {'checked': 7, 'differences': []},
+                                                  'keys': {'checked': 4, 'differences': []}}}
+    # One role wrote a restored file again, another changed a key's mode, a third removed a link.
+    (tmp_path / 'etc-llm-server' / 'instances' / 'qwen.json').write_text('{"port": 8002}\n')
+    os.chmod(tmp_path / 'root' / 'etc' / 'wireguard' / 'wg0.key', 0o640)
+    (tmp_path / 'etc-llm-server' / 'current.json').unlink()
+    report = fresh.check_restored(may_change=['config:instances/*.json'])
+    assert report['result'] == 'failed'
+    assert report['error'] == 'restored files changed since the restore in config, keys'
+    assert [(found['source'], found['path']) for found in report['changed_as_expected']] == [
+        ('config', 'instances/qwen.json')]
+    assert report['sources']['config']['differences'] == [{'path': 'current.json', 'problem': 'missing'}]
+    assert report['sources']['keys']['differences'] == [
+        {'path': 'etc/wireguard/wg0.key', 'problem': 'differs', 'fields': {'mode': {'expected': '0644', 'found': '0640'}}}]
+    # The command line: the report, and exit 1 while anything unexpected differs.
+    settings_file = tmp_path / 'fresh.json'
+    settings_file.write_text(json.dumps(dict(settings, state_dir=str(tmp_path / 'new-state'))))
+    assert backup.main(['--settings', str(settings_file), 'check-restore', '--may-change', 'config:*']) == 1
+    os.chmod(tmp_path / 'root' / 'etc' / 'wireguard' / 'wg0.key', 0o644)
+    assert backup.main(['--settings', str(settings_file), 'check-restore', '--may-change', 'config:*']) == 0
+
+
+@needs_rclone
 def test_a_refused_source_stops_the_copy_before_any_source_is_sent_and_stays_refused(offsite, tmp_path):
     settings, bucket = offsite
     engine = backup.Backup(settings)

@@ -163,8 +163,8 @@ def test_the_scenarios_that_need_no_build_are_known_and_first_day_waits_for_vllm
     assert needs["first_day"] == {"wheels", "vllm"}
     assert needs["vllm_cpu"] >= {"vllm"}
     assert needs["remote"] == {"wheels", "llamacpp"}
-    # moto's wheels (build/wheels-s3) come with the wheels group.
-    assert needs["backup"] == {"wheels"}
+    # moto's wheels (build/wheels-s3) come with the wheels group; its hosts are llama.cpp boxes.
+    assert needs["backup"] == {"wheels", "llamacpp"}
     assert needs["llamacpp"] == needs["monitoring"] == {"llamacpp"}
 
 

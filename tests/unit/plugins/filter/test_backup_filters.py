@@ -62,3 +62,9 @@ def test_without_cryptography_the_error_names_it(monkeypatch):
     monkeypatch.setattr(_rclone, 'CRYPTOGRAPHY_IMPORT_ERROR', "ModuleNotFoundError: No module named 'cryptography'")
     with pytest.raises(AnsibleFilterError, match='needs the Python library cryptography'):
         backup.rclone_obscure(SECRET)
+
+
+@pytest.mark.parametrize('name', ['restore_check_lines', 'restore_drill_lines'])
+def test_the_report_filters_name_what_they_expect(name):
+    with pytest.raises(AnsibleFilterError, match='%s: expects the report of llm-backup' % name):
+        backup.FilterModule().filters()[name]("not a report")

@@ -123,3 +123,21 @@ def test_the_drill_report_reads_as_a_table():
     lines = _backup_settings.restore_drill_lines(failed)
     assert 'error: differences in config' in lines and '  x: missing' in lines
     assert lines[-1] == 'history: skipped (no file was deleted)'
+
+
+def test_the_check_of_the_restored_files_reads_as_a_table():
+    report = {'result': 'failed', 'error': 'restored files changed since the restore in config',
+              'sources': {'config': {'checked': 9, 'differences': [
+                  {'path': 'tls/proxy.key', 'problem': 'differs',
+                   'fields': {'sha256': {}, 'size': {}}}]},
+                  'state': {'checked': 4, 'differences': []}},
+              'changed_as_expected': [{'source': 'state', 'path': 'releases/tiny.bench.json', 'problem': 'differs'}]}
+    assert _backup_settings.restore_check_lines(report) == [
+        'restored files after site.yml: failed',
+        'error: restored files changed since the restore in config',
+        'source        checked  changed',
+        'config              9        1',
+        '  tls/proxy.key: differs sha256, size',
+        'state               4        0',
+        'changed as expected: state/releases/tiny.bench.json',
+    ]
