@@ -428,6 +428,14 @@ def health(workdir: Path, out: Path) -> None:
     out.write_text(json.dumps(results, indent=1))
 
 
+def backups(workdir: Path, out: Path) -> None:
+    """The README's "Back up and restore" command that lists the snapshots, as written; its output kept. (The
+    rollback beside it would undo run 2, which run 3 must find unchanged.)"""
+    command = section_command('Back up and restore', r'llm-backup list$')
+    proc = run_shell(command, workdir / 'clone', ssh_env(workdir))
+    out.write_text(json.dumps({'command': command, 'output': proc.stdout}, indent=1))
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(('127.0.0.1', 0))
@@ -506,6 +514,9 @@ def main() -> None:
     checker = sub.add_parser('health')
     checker.add_argument('--workdir', type=Path, required=True)
     checker.add_argument('--out', type=Path, required=True)
+    lister = sub.add_parser('backups')
+    lister.add_argument('--workdir', type=Path, required=True)
+    lister.add_argument('--out', type=Path, required=True)
     page = sub.add_parser('console')
     page.add_argument('--workdir', type=Path, required=True)
     page.add_argument('--out', type=Path, required=True)
@@ -526,6 +537,8 @@ def main() -> None:
         plan(args.workdir, args.report_dir)
     elif args.what == 'health':
         health(args.workdir, args.out)
+    elif args.what == 'backups':
+        backups(args.workdir, args.out)
     elif args.what == 'console':
         console(args.workdir, args.out)
     elif args.what == 'call':

@@ -45,6 +45,7 @@ def test_the_operating_commands_the_scenario_runs_are_found():
     assert tunnel.endswith(" llm-home") and "127.0.0.1:9090" in tunnel
     over_ssh = [c for c in owner.readme_commands("Check health") if c.startswith("ssh llm-home ")]
     assert len(over_ssh) >= 2
+    assert owner.section_command("Back up and restore", r"llm-backup list$") == "ssh llm-home sudo llm-backup list"
 
 
 def test_the_call_is_the_quick_starts_curl_for_the_owners_name_and_model():
