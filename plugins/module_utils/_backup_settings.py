@@ -10,6 +10,7 @@ import re
 
 _NAME = re.compile(r'^[a-z][a-z0-9_-]{0,31}$')
 _REMOTE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_. -]*[A-Za-z0-9_.-]$|^[A-Za-z0-9_]$')
+_FOLDER = re.compile(r'^(?!\.{1,2}$)[A-Za-z0-9_.-]+$')
 # rclone's --bwlimit: a rate, or a timetable of "HH:MM,RATE" (and "Mon-HH:MM,RATE") entries.
 _RATE = r'(off|[0-9]+(\.[0-9]+)?[BKMGTP]?(:[0-9]+(\.[0-9]+)?[BKMGTP]?)?)'
 _BWLIMIT = re.compile(r'^(%s|((Mon|Tue|Wed|Thu|Fri|Sat|Sun)-)?[0-2][0-9]:[0-5][0-9],%s'
@@ -98,6 +99,10 @@ def offsite_errors(settings):
         for key, value in remote.items():
             if not isinstance(value, (str, int, bool)) or '\n' in str(value):
                 errors.append("backup_offsite_remotes '%s': %s must be one line of text." % (remote_name, key))
+    folder = settings.get('folder')
+    if folder is not None and (not isinstance(folder, str) or not _FOLDER.match(folder)):
+        errors.append('backup_offsite_folder %r must be one folder name in the bucket (letters, digits, _ . -; '
+                      'the host name by default), so that no host writes into another\'s copies.' % (folder,))
     remote = remotes[name]
     if settings.get('encrypt'):
         if not isinstance(remote, dict) or remote.get('type') != 'crypt':

@@ -75,6 +75,15 @@ def test_a_missing_remote_a_wrong_timetable_and_bad_numbers_are_named():
     assert _backup_settings.backup_errors(settings(bwlimit='Mon-08:00,512k Sat-00:00,off')) == []
 
 
+def test_the_folder_in_the_bucket_is_one_name_and_never_reaches_another_hosts():
+    assert _backup_settings.backup_errors(settings(folder='llm-home')) == []
+    assert _backup_settings.backup_errors(settings(folder='old.llm-home_2')) == []
+    for wrong in ('', '..', 'llm-home/../edge-vps', '/llm-home', 'two words'):
+        assert _backup_settings.backup_errors(settings(folder=wrong)) == [
+            'backup_offsite_folder %r must be one folder name in the bucket (letters, digits, _ . -; the host name '
+            "by default), so that no host writes into another's copies." % (wrong,)], wrong
+
+
 def test_sources_are_named_once_with_relative_paths_and_never_hold_the_state_directory():
     errors = _backup_settings.backup_errors(settings(sources=[
         {'name': 'config', 'root': '/etc/llm-server'},
