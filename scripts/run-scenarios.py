@@ -53,8 +53,8 @@ TASK_LINE = re.compile(r"^[\s│]*TASK \[(?P<task>.*)\]")
 # short ones have run beside first_day's converge rather than at the same
 # moment (a fresh clone's run with both from the start cut a request at a
 # load average of 16).
-FALLBACK_ORDER = ("first_day", "remote", "monitoring", "gpu_watchdog", "llamacpp", "ups", "vllm_cpu",
-                  "proxy", "backup", "bad_input", "nvidia_driver", "http_ban", "nvidia_driver_decisions", "model_store",
+FALLBACK_ORDER = ("first_day", "remote", "monitoring", "gpu_watchdog", "backup", "llamacpp", "ups", "vllm_cpu",
+                  "proxy", "bad_input", "nvidia_driver", "http_ban", "nvidia_driver_decisions", "model_store",
                   "container_runtime", "default", "proxy_acme", "preflight_failures", "cuda_toolkit", "vllm")
 
 # What `make test` builds while the first scenarios already run (the image,
