@@ -1,4 +1,4 @@
-#!/bin/bash
+# shellcheck shell=bash
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 #
