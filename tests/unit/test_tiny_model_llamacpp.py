@@ -66,8 +66,11 @@ SPOKEN = re.compile(r'( (the|and|hello|world|is|of))+')
 def installed(tmp_path_factory):
     """The archive unpacked as the role would: PREFIX/bin/llama-server, PREFIX/VERSION."""
     prefix = tmp_path_factory.mktemp('llamacpp')
+    # The data filter where the interpreter has it (3.11.4 on; Debian 12's
+    # 3.11.2 does not): the archive is the one make llamacpp built.
+    safe = {'filter': 'data'} if hasattr(tarfile, 'data_filter') else {}
     with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(prefix, filter='data')
+        tar.extractall(prefix, **safe)
     return prefix
 
 
