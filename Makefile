@@ -271,16 +271,15 @@ galaxy: venv nvml-double
 # image, the NVML double, the NVIDIA repository and promtool are there: each
 # one once the inputs it reads are built (scripts/run-scenarios.py INPUTS,
 # told by the ready-NAME targets through $(READY)), two at a time while the
-# builds and the unit tests run beside them, three after (up to five while
-# the CPUs idle).
+# builds and the unit tests run beside them, three after (four while the
+# CPUs idle).
 EARLY_INPUTS := image nvml-double nvidia-repo promtool
 READY := $(BUILD)/ready
 # vLLM's first: first_day, the longest scenario, waits for them alone.
 TEST_INPUTS := ready-vllm ready-wheels ready-llamacpp lint role-defaults sanity
 MOLECULE_EARLY_JOBS ?= 2
-# Once everything is built, a fourth and a fifth beside the three while the
-# CPUs idle (scripts/run-scenarios.py IDLE_MIN).
-MOLECULE_MAX_JOBS ?= 5
+# Once everything is built, a fourth beside the three while the CPUs idle.
+MOLECULE_MAX_JOBS ?= 4
 
 .PHONY: ready-llamacpp ready-wheels ready-vllm
 ready-llamacpp: llamacpp tiny-model
