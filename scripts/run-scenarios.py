@@ -534,7 +534,7 @@ def main() -> int:
                         help="at most this many at a time while an input is still being built (default: --jobs)")
     parser.add_argument("--max-jobs", type=int,
                         help=f"once the inputs are built, up to this many while the CPUs are at least "
-                             f"{IDLE_MIN:.0%} idle (default: --jobs)")
+                             f"{IDLE_MIN * 100:.0f}%% idle (default: --jobs)")
     args = parser.parse_args()
 
     if args.print_table:

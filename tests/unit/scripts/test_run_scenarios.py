@@ -319,3 +319,11 @@ def test_one_more_starts_while_the_cpus_idle_and_none_while_they_are_busy(tmp_pa
     idle.release.set()
     thread.join(10)
     assert idle.most == 2
+
+
+def test_the_help_prints():
+    # Help strings are %-formatted by argparse: a bare percent sign broke it.
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "run-scenarios.py"), "--help"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"{run_scenarios.IDLE_MIN * 100:.0f}% idle" in " ".join(done.stdout.split())
