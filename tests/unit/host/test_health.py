@@ -745,10 +745,10 @@ def _metrics_dir_expression():
 
 
 def test_role_settings_metrics_file_and_its_removal(render, start_server, watch_env, tmp_path):
-    """The settings instance.yml writes pass the checker, whose file the stop and prune steps remove."""
+    """The settings instance.yml writes pass the checker, whose file the stop (stop.yml) and prune steps remove."""
     instance_tasks = _role_yaml('tasks', 'instance.yml')
     settings = _task(instance_tasks, 'Write the health check settings')['vars']['_serving_health_config']
-    stop = _task(instance_tasks, "Take out of the proxy's list")['loop']
+    stop = _task(_role_yaml('tasks', 'stop.yml'), "Take out of the proxy's list")['loop']
     prune = _task(_role_yaml('tasks', 'prune_one.yml'), 'Remove the files of')['loop']
     template = ('{%% set _serving_metrics_dir = %s %%}{%% set _serving_scrape_dir = %s %%}'
                 '{%% set _serving_registry_dir = %s %%}{%% set _serving_hold_dir = %s %%}'
