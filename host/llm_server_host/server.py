@@ -19,6 +19,16 @@ and the boot alike). The last holder to release an engine starts it.
   llm-server may-start UNIT
       The engine units' ExecCondition: exit 0 when nothing holds UNIT, 1 (and
       who holds it, for the journal) when something does.
+  llm-server drain --engine llamacpp --url URL [--timeout S] [--grace S]
+      An engine unit's ExecStop: waits until the engine at URL has no request
+      in flight or queued (its /metrics), at most --timeout seconds, then
+      sends its main process ($MAINPID) SIGTERM and waits --grace seconds
+      for it to exit. llama-server stops its task loop on SIGTERM and never
+      answers a request still in flight (the request hangs until its client
+      gives up): draining first lets those finish. Should one arrive in the
+      last instant, systemd's own SIGTERM after this is llama-server's
+      second, on which it exits at once; the proxy retries the request on
+      another engine. Exit 0 unless the arguments are wrong.
 
 ENGINE is an engine's name in the registry (vllm-qwen3-cpu0) or its unit.
 The settings (hold_dir, registry_dir, systemctl) come from --config, written
@@ -30,9 +40,13 @@ Standard library only: this runs on the target with the system python3.
 import argparse
 import json
 import logging
+import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 from llm_server_host import holds as _holds
 from llm_server_host import log as _log
@@ -43,6 +57,9 @@ DEFAULT_CONFIG = '/etc/llm-server/llm-server.json'
 HOLDER = 'owner'
 LOG = logging.getLogger('llm-server')
 COMMAND_TIMEOUT_S = 300
+# The gauges that say an engine is still working on something, by engine.
+BUSY_METRICS = {'llamacpp': ('llamacpp:requests_processing', 'llamacpp:requests_deferred')}
+DRAIN_POLL_S = 0.2
 
 
 def load_config(path):
@@ -165,6 +182,70 @@ def may_start(config, unit):
     return 0
 
 
+def busy_requests(url, names, timeout_s=2.0):
+    """Requests the engine is working on or has queued (from its /metrics); None when unreadable."""
+    try:
+        with urllib.request.urlopen(url.rstrip('/') + '/metrics', timeout=timeout_s) as answer:
+            text = answer.read().decode('utf-8', 'replace')
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    values = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in names:
+            try:
+                values[parts[0]] = float(parts[1])
+            except ValueError:
+                return None
+    return sum(values.values()) if len(values) == len(names) else None
+
+
+def _alive(pid):
+    """True while pid runs (a zombie waiting for systemd to reap it has exited)."""
+    try:
+        with open('/proc/%d/stat' % pid, encoding='ascii', errors='replace') as stat:
+            return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
+        return False
+
+
+def drain(engine, url, timeout_s, grace_s, main_pid):
+    names = BUSY_METRICS[engine]
+    deadline = time.monotonic() + timeout_s
+    busy = busy_requests(url, names)
+    if busy:
+        LOG.info('draining %s: %d request(s) in flight or queued; waiting at most %d s', url, busy, timeout_s)
+    while busy and time.monotonic() < deadline:
+        time.sleep(DRAIN_POLL_S)
+        busy = busy_requests(url, names)
+    if busy:
+        LOG.warning('%s still has %d request(s) after %d s: stopping it anyway', url, busy, timeout_s)
+    elif busy is None:
+        # Not loaded yet, or already gone: nothing it could finish.
+        LOG.info('%s does not answer its /metrics: nothing to drain', url)
+    if main_pid is None:
+        LOG.info('no $MAINPID: systemd stops the engine')
+        return 0
+    try:
+        os.kill(main_pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return 0
+    deadline = time.monotonic() + grace_s
+    while _alive(main_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(main_pid):
+        LOG.warning('the engine (pid %d) did not exit within %s s of SIGTERM: a request came in as it stopped; '
+                    "systemd's SIGTERM makes it exit at once, and the proxy retries the request", main_pid, grace_s)
+    return 0
+
+
+def _positive(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError('must be more than 0, not %s' % text)
+    return value
+
+
 def _parser():
     parser = argparse.ArgumentParser(prog='llm-server', description=__doc__.splitlines()[0])
     parser.add_argument('--config', default=DEFAULT_CONFIG)
@@ -179,12 +260,25 @@ def _parser():
     give.add_argument('engine', metavar='ENGINE')
     check = sub.add_parser('may-start', help="the engine units' ExecCondition")
     check.add_argument('unit', metavar='UNIT')
+    empty = sub.add_parser('drain', help="an engine unit's ExecStop: let the requests in flight finish, then stop it")
+    empty.add_argument('--engine', required=True, choices=sorted(BUSY_METRICS))
+    empty.add_argument('--url', required=True, help='the engine itself, http://127.0.0.1:PORT')
+    empty.add_argument('--timeout', type=_positive, default=60.0, help='the longest wait for the requests (s)')
+    empty.add_argument('--grace', type=_positive, default=5.0, help='the wait for the exit after SIGTERM (s)')
     return parser
+
+
+def _main_pid():
+    text = os.environ.get('MAINPID', '')
+    return int(text) if text.isdigit() and int(text) > 1 else None
 
 
 def main(argv=None):
     args = _parser().parse_args(argv)
     _log.setup(LOG.name)
+    if args.command == 'drain':
+        # Needs neither the holds nor the registry: it runs as the engine's user.
+        return drain(args.engine, args.url, args.timeout, args.grace, _main_pid())
     config = load_config(args.config)
     try:
         if args.command == 'status':

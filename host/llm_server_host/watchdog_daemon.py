@@ -429,7 +429,10 @@ class Watchdog(object):
         write_atomic(self._attention_path, json.dumps(self.attention, indent=1, sort_keys=True) + '\n')
 
     def _save_holds(self):
-        """Its file in the hold directory, when its holds changed."""
+        """Its file in the hold directory, when its holds changed (never in a dry run: the
+        proxy would take the engine out, and nothing would start it)."""
+        if self.dry:
+            return
         held = json.dumps(self.held, sort_keys=True)
         if held != self._held_written:
             _holds.write(self.config['hold_dir'], HOLDER,
@@ -461,6 +464,8 @@ class Watchdog(object):
                 self.log('%s is already stopped by the watchdog (%s)' % (
                     unit, ', '.join('%s on GPU %s' % (h['reason'], h['gpu']) for h in self.held[unit])))
                 continue
+            # Held first: the proxy marks it down while its requests drain.
+            self._save_holds()
             self._act(gpu, action, 'stop engine %s on GPU %s' % (unit, gpu),
                       lambda unit=unit: self.actuator.systemctl('stop', unit))
 

@@ -1,16 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright: homelab.llm_server maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""llm-server (host/llm_server_host/server.py): the owner's hold, release and status, and
+"""llm-server (host/llm_server_host/server.py): the owner's hold, release and status and
 the engine units' condition, against a stand-in systemctl (its units in a JSON
-file, every call logged)."""
+file, every call logged); the drain of an engine unit's stop, against a
+stand-in of llama-server's /metrics and a process in its place."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -137,3 +142,125 @@ def test_a_release_of_an_engine_no_longer_registered_drops_its_hold(host):
     assert 'not in the registry any more' in released.stdout
     assert _holds.read(host.hold_dir)[0] == {}
     assert host.calls() == ['stop -- vllm-b.service']
+
+
+# ---------------------------------------------------------------- drain (an engine unit's ExecStop)
+
+class Metrics(http.server.BaseHTTPRequestHandler):
+    """llama-server's /metrics: busy for the first `busy_polls` reads, idle after."""
+    reads = []
+    busy_polls = 0
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        busy = 1 if len(self.reads) < self.busy_polls else 0
+        self.reads.append((time.monotonic(), busy))
+        body = ('llamacpp:prompt_tokens_total 18\nllamacpp:requests_processing %d\n'
+                'llamacpp:requests_deferred 0\n' % busy).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def engine_metrics():
+    Metrics.reads = []
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+# The engine's main process: writes when SIGTERM came; exits on it, or (ignore)
+# only on the second one, as llama-server does with a request in flight.
+ENGINE = r'''
+import signal, sys, time
+seen = []
+def term(*_):
+    seen.append(time.monotonic())
+    open(sys.argv[1], 'a').write('%r\n' % seen[-1])
+    if sys.argv[2] == 'exit' or len(seen) > 1:
+        sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+open(sys.argv[1] + '.ready', 'w').close()
+while True:
+    time.sleep(0.05)
+'''
+
+
+def start_engine(tmp_path, mode):
+    marks = tmp_path / 'sigterm'
+    proc = subprocess.Popen([sys.executable, '-c', ENGINE, str(marks), mode])
+    deadline = time.monotonic() + 20
+    while not os.path.exists(str(marks) + '.ready') and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc, marks
+
+
+def drain(host, url, pid, *extra):
+    env = dict(host.env, MAINPID=str(pid))
+    return subprocess.run(PROGRAM + ['drain', '--engine', 'llamacpp', '--url', url] + list(extra),
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
+
+
+def test_drain_waits_for_the_requests_in_flight_then_stops_the_engine(host, tmp_path, engine_metrics):
+    Metrics.busy_polls = 4
+    proc, marks = start_engine(tmp_path, 'exit')
+    done = drain(host, 'http://127.0.0.1:%d' % engine_metrics.server_port, proc.pid)
+    assert proc.wait(timeout=10) == 0
+    assert done.returncode == 0, done.stderr
+    assert 'draining http://127.0.0.1:' in done.stderr and '1 request(s) in flight or queued' in done.stderr
+    sigterms = [float(line) for line in marks.read_text().split()]
+    last_busy = max(at for at, busy in Metrics.reads if busy)
+    first_idle = min(at for at, busy in Metrics.reads if not busy)
+    # One SIGTERM, after the engine said it had nothing left.
+    assert len(sigterms) == 1 and sigterms[0] > first_idle > last_busy
+
+
+def test_drain_of_an_engine_without_metrics_stops_it_at_once(host, tmp_path):
+    proc, marks = start_engine(tmp_path, 'exit')
+    done = drain(host, 'http://127.0.0.1:9', proc.pid)
+    assert proc.wait(timeout=10) == 0 and done.returncode == 0
+    assert 'does not answer its /metrics: nothing to drain' in done.stderr
+    assert len(marks.read_text().split()) == 1
+
+
+def test_drain_says_so_when_the_engine_hangs_on_sigterm(host, tmp_path, engine_metrics):
+    """A request that came in the last instant: llama-server does not exit on the
+    first SIGTERM; drain gives up after --grace, and systemd's SIGTERM ends it."""
+    Metrics.busy_polls = 0
+    proc, marks = start_engine(tmp_path, 'ignore')
+    try:
+        done = drain(host, 'http://127.0.0.1:%d' % engine_metrics.server_port, proc.pid, '--grace', '0.5')
+        assert done.returncode == 0
+        assert 'did not exit within 0.5 s of SIGTERM: a request came in as it stopped' in done.stderr
+        assert proc.poll() is None and len(marks.read_text().split()) == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+
+
+def test_drain_gives_up_waiting_after_its_timeout(host, tmp_path, engine_metrics):
+    Metrics.busy_polls = 10 ** 6
+    proc, _marks = start_engine(tmp_path, 'exit')
+    started = time.monotonic()
+    done = drain(host, 'http://127.0.0.1:%d' % engine_metrics.server_port, proc.pid, '--timeout', '1')
+    assert proc.wait(timeout=10) == 0 and done.returncode == 0
+    assert 'still has 1 request(s) after 1 s: stopping it anyway' in done.stderr
+    assert 1.0 <= time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--engine', 'vllm', '--url', 'http://127.0.0.1:1'], "invalid choice: 'vllm'"),
+    (['--engine', 'llamacpp', '--url', 'http://127.0.0.1:1', '--timeout', '0'], 'must be more than 0, not 0'),
+    (['--engine', 'llamacpp'], 'the following arguments are required: --url'),
+])
+def test_drain_refuses_bad_arguments(host, args, message):
+    proc = subprocess.run(PROGRAM + ['drain'] + args, capture_output=True, text=True, timeout=30,
+                          check=False, env=host.env)
+    assert proc.returncode == 2 and message in proc.stderr

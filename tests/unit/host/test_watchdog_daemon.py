@@ -231,6 +231,23 @@ def test_the_watchdog_lets_go_before_it_starts_the_engine(setup):
     assert seen == [{}]
 
 
+def test_the_watchdog_holds_the_engine_before_it_stops_it(setup):
+    """The proxy marks a held engine down (llm-proxy-holds): held first, no new
+    request reaches it while its stop drains the ones in flight."""
+    watchdog, supervisor, actuator, clock, _lines = setup()
+    seen = []
+    record = actuator.systemctl
+
+    def systemctl(verb, unit):
+        if verb == 'stop':
+            seen.append(daemon._holds.read(str(setup.tmp / 'holds'))[0])
+        return record(verb, unit)
+    actuator.systemctl = systemctl
+    heat_stop(watchdog, supervisor, clock)
+    assert actuator.calls[-1] == ('systemctl', 'stop', 'llm-a')
+    assert [list(holds['watchdog']) for holds in seen] == [['llm-a.service']]
+
+
 def test_a_cooled_gpu_does_not_start_an_engine_the_ups_holds(setup):
     """On battery the watchdog's restore lets go of its hold but leaves the
     engine stopped; the UPS starts it at power-back."""
@@ -253,6 +270,8 @@ def test_dry_run_changes_nothing_and_says_so(setup):
     clock.now += 11
     watchdog.tick()
     assert actuator.calls == []
+    # Nor does it hold anything: the proxy would take the engine out.
+    assert daemon._holds.read(str(setup.tmp / 'holds'))[0] == {}
     assert any(line.startswith('dry run: would set the power limit of GPU 0 to 480 W') for line in lines)
     assert any(line.startswith('dry run: would stop engine llm-a') for line in lines)
     watchdog.write_metrics()
