@@ -40,6 +40,7 @@ Standard library only: this runs on the target with the system python3.
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -241,7 +242,7 @@ def drain(engine, url, timeout_s, grace_s, main_pid):
 
 def _positive(text):
     value = float(text)
-    if not value > 0:
+    if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError('must be more than 0, not %s' % text)
     return value
 

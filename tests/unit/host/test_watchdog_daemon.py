@@ -213,19 +213,25 @@ def test_the_watchdogs_holds_are_its_file_in_the_hold_directory(setup):
     assert daemon._holds.read(str(setup.tmp / 'holds'))[0] == {}
 
 
+def holds_seen_at(actuator, verb, hold_dir):
+    """The holds on disk each time the watchdog calls systemctl VERB (a list that fills as it runs)."""
+    seen = []
+    record = actuator.systemctl
+
+    def systemctl(called, unit):
+        if called == verb:
+            seen.append(daemon._holds.read(str(hold_dir))[0])
+        return record(called, unit)
+    actuator.systemctl = systemctl
+    return seen
+
+
 def test_the_watchdog_lets_go_before_it_starts_the_engine(setup):
     """The unit's condition (llm-server may-start) reads the holds when systemd
     starts it: by then the watchdog's own hold must be gone from its file."""
     watchdog, supervisor, actuator, clock, _lines = setup()
     heat_stop(watchdog, supervisor, clock)
-    seen = []
-    record = actuator.systemctl
-
-    def systemctl(verb, unit):
-        if verb == 'start':
-            seen.append(daemon._holds.read(str(setup.tmp / 'holds'))[0])
-        return record(verb, unit)
-    actuator.systemctl = systemctl
+    seen = holds_seen_at(actuator, 'start', setup.tmp / 'holds')
     cool_down(watchdog, supervisor, clock)
     assert actuator.calls[-1] == ('systemctl', 'start', 'llm-a')
     assert seen == [{}]
@@ -235,14 +241,7 @@ def test_the_watchdog_holds_the_engine_before_it_stops_it(setup):
     """The proxy marks a held engine down (llm-proxy-holds): held first, no new
     request reaches it while its stop drains the ones in flight."""
     watchdog, supervisor, actuator, clock, _lines = setup()
-    seen = []
-    record = actuator.systemctl
-
-    def systemctl(verb, unit):
-        if verb == 'stop':
-            seen.append(daemon._holds.read(str(setup.tmp / 'holds'))[0])
-        return record(verb, unit)
-    actuator.systemctl = systemctl
+    seen = holds_seen_at(actuator, 'stop', setup.tmp / 'holds')
     heat_stop(watchdog, supervisor, clock)
     assert actuator.calls[-1] == ('systemctl', 'stop', 'llm-a')
     assert [list(holds['watchdog']) for holds in seen] == [['llm-a.service']]
