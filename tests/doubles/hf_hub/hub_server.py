@@ -35,13 +35,15 @@ it is 1 MiB or more: what a Hub repo's .gitattributes does for model weights.
 Faults, set by the test through the API port (JSON in, JSON out):
   POST   /_stand_in/faults   {"cut": {PATH: {"at": BYTES, "times": N}},
                               "corrupt": {PATH: {"times": N}},
-                              "slow": {PATH: {"bytes_per_s": RATE, "times": N}}}
+                              "slow": {PATH: {"bytes_per_s": RATE, "times": N,
+                                              "resumed_bytes_per_s": RATE2}}}
          replaces the faults. cut: a GET of PATH (either origin) announces
          the full Content-Length, sends the bytes up to absolute offset `at`
          and closes the connection, N times (-1: every time). corrupt: a GET
          of PATH serves the content with its first byte changed (same
          length), N times. slow: a GET of PATH is sent at RATE bytes a second
-         (a slow link, so that a download takes long enough to watch).
+         (a slow link, so that a download takes long enough to watch); a GET
+         with a Range from past the start (a resume) at RATE2 when given.
   GET    /_stand_in/requests the requests so far: method, origin (api or
          lfs), path, range (the Range header or null), status, token_sha256
          (the sha256 of the bearer token sent, or null: never the token).
@@ -307,6 +309,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         cut = self.state.take_fault('cut', entry['path']) if self.command == 'GET' else None
         corrupt = self.state.take_fault('corrupt', entry['path']) if self.command == 'GET' else None
         slow = self.state.take_fault('slow', entry['path']) if self.command == 'GET' else None
+        if slow is not None and start > 0:
+            slow['bytes_per_s'] = slow.get('resumed_bytes_per_s', slow['bytes_per_s'])
         block = 1 << 20 if slow is None else max(1, min(1 << 18, int(slow['bytes_per_s'])))
         self._record(status)
         self.send_response(status)

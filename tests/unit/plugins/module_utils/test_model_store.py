@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -255,6 +256,22 @@ def test_an_offline_engine_start_finds_the_snapshot_without_the_hub(hub, tmp_pat
     answer = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, timeout=120,
                             check=True)
     assert answer.stdout.strip() == path
+
+
+def test_the_stand_ins_slow_link_paces_a_resume_at_its_own_rate(hub):
+    """A GET with a Range from past the start goes at resumed_bytes_per_s: the
+    model_store scenario slows the resume so that the play's progress sees it."""
+    faults(hub, slow={BIG: {'bytes_per_s': 64 * MIB, 'resumed_bytes_per_s': 256 * 1024, 'times': -1}})
+    url = 'http://127.0.0.1:%d/%s/%s/%s' % (hub.lfs_port, REPO, COMMIT, BIG)
+    timings = []
+    for first in (0, BIG_SIZE - 384 * 1024):
+        started = time.monotonic()
+        request = urllib.request.Request(url, headers={'Range': 'bytes=%d-' % first})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert len(response.read()) == BIG_SIZE - first
+        timings.append(time.monotonic() - started)
+    # 12 MiB at 64 MiB/s, then 384 KiB at 256 KiB/s.
+    assert timings[0] < 1.2 and timings[1] >= 1.4, timings
 
 
 def test_progress_is_reported_while_a_fetch_runs(hub, tmp_path):
